@@ -1,0 +1,1 @@
+"""asv plugins for the verify-attn benchmarks (loaded via asv.conf.json "plugins")."""

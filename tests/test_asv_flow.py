@@ -1,0 +1,92 @@
+"""End to end, as a kernel developer uses it: asv over two commits of a copy of this
+repository (CPU backend, tiny grid), publish, compare, and continuous catching a planted
+slowdown while letting a change-nothing commit through."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANT = ("void flash_cpu(const Params& p) {",
+         "void flash_cpu_once(const Params& p);\n"
+         "void flash_cpu(const Params& p) { for (int r = 0; r < 3; ++r) flash_cpu_once(p); }  // planted\n"
+         "void flash_cpu_once(const Params& p) {")
+BENCH = "Heads8"
+
+
+def git(repo, *args):
+    subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("asv")
+    repo = tmp / "repo"
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+    for f in files:
+        if f.startswith(("results/", "html/")):
+            continue
+        (repo / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, repo / f)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    env = dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_GRID="tiny",
+               VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable)
+    (tmp / "home").mkdir()
+    return repo, env
+
+
+def asv(repo, env, *args, check=True):
+    proc = subprocess.run([sys.executable, "-m", "asv", *args], cwd=repo, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"asv {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def commit(repo, message, edit):
+    edit(repo)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", message)
+
+
+def plant(repo):
+    path = repo / "kernels" / "cpu.cpp"
+    path.write_text(path.read_text().replace(*PLANT))
+
+
+def touch_readme(repo):
+    with open(repo / "benchmarks" / "NOTES.txt", "a") as f:
+        f.write("\nA change that changes nothing.\n")
+
+
+def test_run_publish_compare_and_continuous(repo):
+    repo, env = repo
+    asv(repo, env, "machine", "--yes", "--machine", "ci")
+    commit(repo, "planted slowdown", plant)
+
+    asv(repo, env, "run", "--machine", "ci", "--record-samples", "-b", BENCH, "ALL")
+    results = list((repo / "results" / "ci").glob("*-reuse-*.json"))
+    assert len(results) == 2
+
+    asv(repo, env, "publish")
+    assert (repo / "html" / "index.html").exists()
+    graphs = list((repo / "html" / "graphs").rglob("bench_verify_attn.Heads8.track_time.json"))
+    assert graphs, "no graph for the timings"
+
+    table = asv(repo, env, "compare", "--machine", "ci", "HEAD~1", "HEAD").stdout
+    assert "bench_verify_attn.Heads8.track_time" in table and "'flash'" in table
+
+    slow = asv(repo, env, "continuous", "--machine", "ci", "-f", "2", "-b", rf"{BENCH}\.track_time(?!_)",
+               "HEAD~1", "HEAD", check=False)
+    assert slow.returncode == 1, slow.stdout + slow.stderr
+    assert "PERFORMANCE DECREASED" in slow.stdout and "'flash'" in slow.stdout
+
+    commit(repo, "change nothing", touch_readme)
+    same = asv(repo, env, "continuous", "--machine", "ci", "-f", "2", "-b", rf"{BENCH}\.track_time(?!_)",
+               "HEAD~1", "HEAD", check=False)
+    assert same.returncode == 0, same.stdout + same.stderr

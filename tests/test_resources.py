@@ -1,0 +1,24 @@
+"""The compiler's resource report parses into numbers for every kernel and architecture."""
+
+import shutil
+
+import pytest
+
+from verify_attn import resources
+
+
+def test_occupancy_limits():
+    assert resources.occupancy("sm_90", 256, 92, 46992) == 2   # registers bind
+    assert resources.occupancy("sm_90", 256, 32, 0) == 8       # threads bind
+    assert resources.occupancy("sm_120", 256, 32, 60000) == 1  # shared memory binds
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_report_covers_every_kernel(tmp_path, monkeypatch):
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
+    report = resources.report()
+    for arch in resources.ARCHS:
+        assert set(report[arch]) == {"naive_scores", "naive_softmax", "naive_output", "flash_split", "flash_merge"}
+        flash = report[arch]["flash_split"]
+        assert flash["threads"] == 256 and 32 < flash["registers"] <= 255 and flash["smem"] > 0
+        assert flash["spill_stores"] == 0 and 0 < flash["occupancy"] <= 1

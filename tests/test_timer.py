@@ -1,0 +1,41 @@
+"""The timer's behaviour (not GPU speed): rotation, samples, side-by-side alternation."""
+
+import time
+
+import pytest
+import torch
+
+from verify_attn.timer import Timer
+
+
+def test_calls_rotate_over_input_sets():
+    seen = []
+    calls = [lambda k=k: seen.append(k) for k in range(3)]
+    Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0).time(calls)
+    assert set(seen) == {0, 1, 2}
+    timed = seen[6:]  # after calibration (3 warm-up + 3 host-rate calls)
+    assert all(b == (a + 1) % 3 for a, b in zip(timed, timed[1:]))
+
+
+def test_samples_measure_the_call():
+    timing = Timer("cpu", samples=5, min_sample_s=0.01, warmup_s=0.0).time([lambda: time.sleep(0.002)])
+    assert len(timing.samples) == 5 and timing.number >= 3
+    assert 0.002 <= timing.median < 0.004
+    assert timing.asv() == {"samples": timing.samples, "number": timing.number}
+
+
+def test_variants_alternate():
+    order = []
+    Timer("cpu", samples=3, min_sample_s=0.0, warmup_s=0.0).time_many(
+        {"a": [lambda: order.append("a")], "b": [lambda: order.append("b")]})
+    timed = order[4:]  # after each variant's calibration (2 calls each)
+    assert timed == ["a", "b"] * 3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_timer_sees_a_known_sleep():
+    cycles = int(2e6)
+    timing = Timer("cuda", samples=5).time([lambda: torch.cuda._sleep(cycles)])
+    assert timing.sm_clock_mhz is None or timing.sm_clock_mhz > 0
+    # 2e6 cycles at 1-2 GHz: 1-2 ms per call
+    assert 0.5e-3 < timing.median < 4e-3

@@ -1,0 +1,60 @@
+"""How far an implementation's output is from the float64 reference, and whether that is
+close enough.
+
+The outputs are bf16: rounding alone leaves up to 2**-9 relative error per element, and the
+fp32 accumulation in a different order adds a little, so an element passes when
+``|out - ref| <= 2**-8 * |ref| + atol`` with ``atol = 2**-14 * max|ref|`` for elements that
+cancel to near zero. The lse is fp32: it passes within ``1e-4 * (1 + |ref|)``. The torch
+composite rounds its scores and probabilities to bf16 around the softmax (as written in
+plain torch), which moves each probability by up to about 1%: it gets
+``2**-5 * |ref| + 2**-5 * max|ref|`` and ``2e-2`` instead; it is a timing yardstick, not a
+kernel under test.
+Any NaN, in particular the NaN poison left where an output was never written, fails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+# impl: (out rtol, out atol as a fraction of max|ref|, lse rtol)
+TOLERANCE = {"default": (2.0**-8, 2.0**-14, 1e-4), "torch": (2.0**-5, 2.0**-5, 2e-2)}
+
+
+@dataclasses.dataclass
+class Error:
+    max_abs: float
+    max_rel: float
+    lse_max_abs: float
+    ok: bool
+    reason: str = ""
+
+
+def measure(impl: str, out: torch.Tensor, lse: torch.Tensor, ref_out: torch.Tensor, ref_lse: torch.Tensor) -> Error:
+    rtol, atol_frac, lse_rtol = TOLERANCE.get(impl, TOLERANCE["default"])
+    out64, lse64 = out.double(), lse.double()
+    err = (out64 - ref_out).abs()
+    atol = atol_frac * float(ref_out.abs().max())
+    max_abs = float(err.max())
+    max_rel = float((err / (ref_out.abs() + atol)).max())
+    lse_err = (lse64 - ref_lse).abs()
+    lse_max_abs = float(lse_err.max())
+    nan = int(torch.isnan(out64).sum()) + int(torch.isnan(lse64).sum())
+    if nan:
+        return Error(max_abs, max_rel, lse_max_abs, False, f"{nan} NaN or unwritten elements")
+    bad = int((err > rtol * ref_out.abs() + atol).sum())
+    if bad:
+        return Error(max_abs, max_rel, lse_max_abs, False, f"{bad} output elements beyond tolerance")
+    bad = int((lse_err > lse_rtol * (1 + ref_lse.abs())).sum())
+    if bad:
+        return Error(max_abs, max_rel, lse_max_abs, False, f"{bad} lse elements beyond tolerance")
+    return Error(max_abs, max_rel, lse_max_abs, True)
+
+
+def poisoned_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Outputs filled with NaN, so that an element the kernel never writes fails the check."""
+    batch, q_len, heads, _ = q.shape
+    out = torch.full((batch, q_len, heads, 512), float("nan"), dtype=torch.bfloat16, device=q.device)
+    lse = torch.full((batch, heads, q_len), float("nan"), dtype=torch.float32, device=q.device)
+    return out, lse

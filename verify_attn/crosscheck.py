@@ -1,0 +1,57 @@
+"""Cross-check the timer against the profiler's kernel time (CUPTI, through torch.profiler).
+
+    python -m verify_attn.crosscheck
+
+For a few cases and implementations: the timer's median per call, and the sum of the GPU
+kernel durations per call that the profiler records over the same back-to-back calls.
+The two should agree within 5% for kernels of 20 us or more: what is left between them is
+the gap between back-to-back launches.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from . import cases
+from .measure import input_sets, prepare
+from .timer import Timer
+
+CASES = [("flash", 64, 9, 2048), ("flash", 64, 9, 16384), ("flash", 64, 9, 65536), ("flash", 8, 9, 65536),
+         ("naive", 64, 9, 2048), ("naive", 16, 9, 16384), ("torch", 64, 9, 16384)]
+
+
+def profiled_kernel_s(calls, reps: int = 20) -> float:
+    """Sum of device kernel time per call, over reps calls (median of 3 profiles)."""
+    totals = []
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for k in range(reps):
+                calls[k % len(calls)]()
+            torch.cuda.synchronize()
+        us = sum(e.time_range.elapsed_us() for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+        totals.append(us / 1e6 / reps)
+    return statistics.median(totals)
+
+
+def main() -> int:
+    timer = Timer("cuda", samples=15)
+    print(f"{'impl':6s} {'case':16s} {'timer us':>9s} {'profiler us':>11s} {'diff':>7s}")
+    worst = 0.0
+    for impl, heads, q_len, prefix in CASES:
+        case = cases.grid_case(heads, q_len, prefix)
+        calls = [prepare(impl, s) for s in input_sets(case, "cuda", 0)]
+        timed = timer.time(calls).median
+        prof = profiled_kernel_s(calls)
+        diff = (timed - prof) / prof
+        if prof >= 20e-6:
+            worst = max(worst, abs(diff))
+        print(f"{impl:6s} {case.name:16s} {timed * 1e6:9.1f} {prof * 1e6:11.1f} {100 * diff:6.1f}%", flush=True)
+    print(f"largest difference for kernels of 20 us or more: {100 * worst:.1f}%")
+    return 0 if worst <= 0.05 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

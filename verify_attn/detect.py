@@ -1,0 +1,157 @@
+"""Detection power: how often ``asv continuous`` flags a planted slowdown, and a no-op.
+
+    python -m verify_attn.detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--gpus 0,1]
+
+In a throwaway clone (never main), each size S gets a branch whose one commit makes the
+flash kernel do S% more work on the heads-64 cases (extra key tiles, fully masked, so the
+output is unchanged); size 0 is a comment-only change to the same file. Every (size,
+repeat) runs ``asv continuous -f FACTOR base branch`` on the Quick subset; a run is flagged
+when continuous exits 1. ``--find`` also builds a chain of 9 commits with the 10% slowdown
+in the middle and checks that ``asv find`` names it. Prints the table; --json writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
+BENCH = r"Quick\.track_time(?!_)"
+
+
+def planted_loop(pct: int) -> str:
+    extra = f"(p.heads == 64 ? (key_end - key_begin) * {pct} / 100 : 0)"
+    return f"for (int t0 = key_begin; t0 < key_end + {extra}; t0 += kTileKeys) {{  // planted {pct}%"
+
+
+def sh(cmd, cwd, env=None, check=True):
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def git_commit(repo: Path, message: str) -> str:
+    sh(["git", "add", "-A"], repo)
+    sh(["git", "-c", "user.name=detect", "-c", "user.email=detect@localhost", "commit", "-qm", message], repo)
+    return sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()
+
+
+def edit_flash(repo: Path, pct: int | None, note: str) -> None:
+    path = repo / "kernels" / "flash.cu"
+    text = path.read_text()
+    if pct:
+        assert LOOP in text, "the flash kernel's key loop moved: update verify_attn/detect.py"
+        text = text.replace(LOOP, planted_loop(pct))
+    path.write_text(text + f"// {note}\n")
+
+
+def make_clone(workdir: Path, name: str, sizes: list[int]) -> tuple[Path, str, dict[int, str]]:
+    """A clone with a branch per size off the current HEAD."""
+    repo = workdir / name
+    sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
+    base = sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()
+    branches = {}
+    for pct in sizes:
+        sh(["git", "checkout", "-q", "-B", f"plant-{pct}", base], repo)
+        edit_flash(repo, pct, f"plant {pct}%" if pct else "a comment: changes nothing")
+        branches[pct] = git_commit(repo, f"plant {pct}%")
+    sh(["git", "checkout", "-q", base], repo)
+    return repo, base, branches
+
+
+def asv(repo: Path, env: dict, *args, check=True):
+    return sh([sys.executable, "-m", "asv", *args], repo, env, check)
+
+
+def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, int]], sizes: list[int], factor: float,
+              machine: str) -> list[dict]:
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    repo, base, branches = make_clone(workdir, f"clone-{gpu}", sizes)
+    out = []
+    for pct, rep in jobs:
+        t0 = time.perf_counter()
+        proc = asv(repo, env, "continuous", "--machine", machine, "-f", str(factor), "-b", BENCH, base,
+                   branches[pct], check=False)
+        table = asv(repo, env, "compare", "--machine", machine, "-f", str(factor), base, branches[pct]).stdout
+        ratios = {}
+        for line in table.splitlines():
+            m = re.search(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
+                          r"\((\d+), (\d+), '(\w+)'\)", line)
+            if m and m[2] != "n/a":
+                ratios[f"{m[5]} q{m[3]} p{m[4]}"] = {"ratio": m[2], "mark": m[1]}
+        out.append({"pct": pct, "repeat": rep, "exit": proc.returncode, "flagged": proc.returncode == 1,
+                    "seconds": round(time.perf_counter() - t0, 1), "cases": ratios,
+                    "log_tail": (proc.stdout + proc.stderr)[-800:]})
+        print(json.dumps(out[-1]), flush=True)
+    return out
+
+
+def run_find(workdir: Path, machine: str, gpu: str | None) -> dict:
+    env = dict(os.environ)
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    repo = workdir / "find"
+    sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
+    commits = [sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()]
+    for k in range(1, 10):
+        edit_flash(repo, 10 if k == 5 else None, f"commit {k}")
+        commits.append(git_commit(repo, f"commit {k}" + (" (planted 10%)" if k == 5 else "")))
+    t0 = time.perf_counter()
+    proc = asv(repo, env, "find", "--machine", machine, f"{commits[0]}..{commits[-1]}",
+               "bench_verify_attn.Quick.track_time", check=False)
+    found = re.findall(r"Greatest regression found: (\w+)", proc.stdout)
+    return {"range": len(commits) - 1, "planted": commits[5][:8], "found": found[0][:8] if found else None,
+            "seconds": round(time.perf_counter() - t0, 1), "exit": proc.returncode,
+            "log_tail": (proc.stdout + proc.stderr)[-1500:]}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verify_attn.detect", description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", nargs="+", type=int, default=[0, 3, 5, 10])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--factor", type=float, default=1.03)
+    parser.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
+    parser.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
+    parser.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    gpus = args.gpus.split(",") if args.gpus else [None]
+    jobs = [(pct, rep) for rep in range(args.repeats) for pct in args.sizes]
+    shards = [jobs[i::len(gpus)] for i in range(len(gpus))]
+    with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp:
+        workdir = Path(tmp)
+        with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
+            futures = [pool.submit(run_shard, workdir, g, s, args.sizes, args.factor, args.machine)
+                       for g, s in zip(gpus, shards)]
+            find = pool.submit(run_find, workdir, args.machine, gpus[-1]) if args.find else None
+            runs = [r for f in futures for r in f.result()]
+            found = find.result() if find else None
+    print(f"\nasv continuous -f {args.factor} -b '{BENCH}' (Quick: heads 64, q_len 9, flash and naive)")
+    print(f"{'planted':>8s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) per prefix")
+    for pct in args.sizes:
+        mine = [r for r in runs if r["pct"] == pct]
+        ratios = " ".join(f"{c}={v['ratio']}{v['mark']}" for r in mine for c, v in sorted(r["cases"].items())
+                          if c.startswith("flash"))
+        print(f"{pct:7d}% {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {ratios}")
+    if found:
+        print(f"\nasv find over {found['range']} commits: planted {found['planted']}, found {found['found']} "
+              f"({found['seconds']} s)")
+    if args.json:
+        args.json.write_text(json.dumps({"runs": runs, "find": found, "factor": args.factor}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""The machine's ceilings, against which fractions of peak are computed.
+
+A known GPU uses the figures measured on it once (REFERENCE.md section 4), so that every
+commit's fraction of peak is computed against the same numbers; an unknown device, the CPU
+included, has its ceilings measured when the suite starts. Either way the figures used are
+recorded with the results (benchmarks: Machine.track_*).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class Peaks:
+    device: str
+    flops: float           # the matrix rate a kernel could reach (bf16 tensor cores on a GPU)
+    fp32_flops: float      # plain fp32 rate, the ceiling of CUDA-core kernels
+    bytes_per_s: float     # device memory, read + write
+    source: str            # "table" or "measured"
+
+
+# Measured on the project's H200 on 2026-11-30: 8192^3 matmuls and a device-to-device copy.
+KNOWN = {
+    "NVIDIA H200": Peaks("NVIDIA H200", 784e12, 50.7e12, 4.17e12, "table"),
+}
+
+
+def device_name(device: str) -> str:
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return "cpu"
+
+
+def peaks(device: str) -> Peaks:
+    name = device_name(device)
+    return KNOWN.get(name) or measure(device)
+
+
+def _rate(fn, work: float, device: str, reps: int = 5) -> float:
+    fn()  # warm-up
+    if device == "cuda":
+        torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return work / best
+
+
+def measure(device: str) -> Peaks:
+    """Measure the ceilings: a large copy and square matmuls (random data, never zeros)."""
+    n = 8192 if device == "cuda" else 1024
+    a = torch.randn(n, n, device=device)
+    b = torch.randn(n, n, device=device)
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        fp32 = _rate(lambda: a @ b, 2.0 * n**3, device)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    if device == "cuda":
+        ah, bh = a.bfloat16(), b.bfloat16()
+        matrix = _rate(lambda: ah @ bh, 2.0 * n**3, device)
+    else:
+        matrix = fp32
+    elems = (1 << 28) if device == "cuda" else (1 << 25)
+    src = torch.randn(elems, device=device)
+    dst = torch.empty_like(src)
+    bw = _rate(lambda: dst.copy_(src), 2.0 * src.numel() * 4, device)
+    return Peaks(device_name(device), matrix, fp32, bw, "measured")
+
+
+def asv_machine_name(device: str) -> str:
+    """The asv machine name: the GPU's name (nvidia-h200), or cpu-<arch> with no GPU."""
+    if device == "cuda":
+        return torch.cuda.get_device_name().lower().replace(" ", "-")
+    import platform
+
+    return f"cpu-{platform.machine()}"
+
+
+if __name__ == "__main__":
+    import sys
+
+    dev = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu")
+    print(asv_machine_name(dev))

@@ -1,0 +1,129 @@
+"""The public entry point: ``verify_attention`` and the implementations it can run.
+
+``torch.ops.verify_attn.<impl>`` are the raw ops (shape checks only, safe in CUDA graphs);
+``verify_attention`` also checks the values (tree, prefix lengths, indices), which costs
+one host sync and is skipped while a CUDA graph is being captured.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import build
+
+LATENT = 512
+ROPE = 64
+KEY_DIM = LATENT + ROPE
+
+KERNELS = ("naive", "flash")  # compiled ops, CPU and CUDA
+IMPLS = KERNELS + ("torch",)  # "torch": the plain composite a user would write instead
+
+_registered = False
+
+
+def load() -> None:
+    """Load the extension (building it if needed) and register its fake kernels."""
+    global _registered
+    build.load()
+    if _registered:
+        return
+    for name in KERNELS + ("check",):
+        # The ops only mutate out and lse, so their fake needs do nothing.
+        torch.library.register_fake(f"verify_attn::{name}")(lambda *args, **kwargs: None)
+    _registered = True
+
+
+def check_values(kv: torch.Tensor, kv_indices: torch.Tensor | None, parent: torch.Tensor,
+                 prefix_lens: torch.Tensor) -> None:
+    """Raise ValueError unless parent is a tree, prefixes fit kv and indices fit the pool."""
+    q_len = parent.shape[1]
+    kv_cols = kv_indices.shape[1] if kv_indices is not None else kv.shape[1]
+    pos = torch.arange(q_len, device=parent.device)
+    bad_parent = (parent[:, 0] != -1) | ((parent[:, 1:] < 0) | (parent[:, 1:] >= pos[1:])).any(1)
+    bad_prefix = (prefix_lens < 0) | (prefix_lens > kv_cols - q_len)
+    flags = [bad_parent, bad_prefix]
+    if kv_indices is not None:
+        used = torch.arange(kv_cols, device=kv.device)[None, :] < (prefix_lens + q_len)[:, None]
+        flags.append((((kv_indices < 0) | (kv_indices >= kv.shape[0])) & used).any(1))
+    bad = torch.stack(flags).cpu()  # the one sync
+    if bad[0].any():
+        b = int(bad[0].nonzero()[0])
+        row = parent[b].tolist()
+        at = next(i for i, v in enumerate(row) if (i == 0 and v != -1) or (i > 0 and not 0 <= v < i))
+        raise ValueError(f"parent must be a tree (parent[b, 0] == -1, 0 <= parent[b, i] < i): "
+                         f"batch element {b} has parent[{at}] = {row[at]}")
+    if bad[1].any():
+        b = int(bad[1].nonzero()[0])
+        raise ValueError(f"prefix_lens[{b}] = {int(prefix_lens[b])} must be in [0, {kv_cols - q_len}] "
+                         f"(kv holds {kv_cols} rows per batch element, q_len = {q_len})")
+    if kv_indices is not None and bad[2].any():
+        b = int(bad[2].nonzero()[0])
+        raise ValueError(f"kv_indices of batch element {b} must index rows of kv in [0, {kv.shape[0]})")
+
+
+def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, prefix_lens: torch.Tensor,
+                     scale: float, *, kv_indices: torch.Tensor | None = None, impl: str = "flash",
+                     out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
+                     check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """MLA verify attention of a draft tree against a cached prefix.
+
+    Parameters
+    ----------
+    q : [batch, q_len, heads, 576] bf16, queries (latent || rope), the tree's nodes
+    kv : [batch, kv_len, 576] bf16, or a paged pool [rows, 576] bf16 with ``kv_indices``
+    parent : [batch, q_len] int32, parent[b, 0] = -1 and parent[b, i] < i
+    prefix_lens : [batch] int32; element b uses kv rows [0, prefix_lens[b] + q_len), the
+        last q_len of them being the tree's own rows
+    scale : softmax scale
+    kv_indices : [batch, kv_len] int32 rows of the pool, one token per page
+    impl : one of ``IMPLS``
+    out, lse : optional outputs, [batch, q_len, heads, 512] bf16 and [batch, heads, q_len] fp32
+    check : check the values of parent, prefix_lens and kv_indices (one host sync)
+
+    Returns
+    -------
+    out, lse : the attention output and its log-sum-exp (natural log)
+    """
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    load()
+    batch, q_len, heads = q.shape[:3] if q.dim() == 4 else (0, 0, 0)
+    if out is None:
+        out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.bfloat16, device=q.device)
+    if lse is None:
+        lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device)
+    torch.ops.verify_attn.check(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
+    if check and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        check_values(kv, kv_indices, parent, prefix_lens)
+    if impl == "torch":
+        torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
+    else:
+        getattr(torch.ops.verify_attn, impl)(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
+    return out, lse
+
+
+def tree_mask(parent: torch.Tensor) -> torch.Tensor:
+    """[q_len, q_len] bool, [i, j] true when j is i or an ancestor of i (by matrix squaring)."""
+    q_len = parent.shape[0]
+    eye = torch.eye(q_len, device=parent.device)
+    step = torch.zeros_like(eye)
+    step[torch.arange(1, q_len, device=parent.device), parent[1:].long()] = 1.0
+    reach = eye + step
+    for _ in range(max(q_len - 1, 1).bit_length()):
+        reach = (reach @ reach).clamp_(max=1.0)
+    return reach > 0
+
+
+def torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse) -> None:
+    """What a user would write with plain torch: bf16 matmuls, fp32 masked softmax."""
+    q_len = q.shape[1]
+    for b, prefix in enumerate(prefix_lens.tolist()):
+        kv_len = prefix + q_len
+        rows = kv[kv_indices[b, :kv_len].long()] if kv_indices is not None else kv[b, :kv_len]
+        mask = torch.ones((q_len, kv_len), dtype=torch.bool, device=q.device)
+        mask[:, prefix:] = tree_mask(parent[b])
+        scores = torch.einsum("ihd,td->hit", q[b], rows).float() * scale  # one bf16 matmul
+        scores.masked_fill_(~mask, float("-inf"))
+        lse[b] = torch.logsumexp(scores, dim=-1)
+        probs = torch.exp(scores - lse[b][..., None]).to(torch.bfloat16)
+        out[b] = torch.einsum("hit,td->ihd", probs, rows[:, :LATENT])  # one bf16 matmul

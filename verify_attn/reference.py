@@ -1,0 +1,51 @@
+"""The float64 reference, written from the mask's definition and nothing else."""
+
+from __future__ import annotations
+
+import torch
+
+LATENT = 512
+
+
+def visible_tree_rows(parent: list[int], i: int) -> list[int]:
+    """Tree rows query i sees: itself and its ancestors, by walking the parent array."""
+    rows = []
+    while i >= 0:
+        rows.append(i)
+        i = parent[i]
+    return rows
+
+
+def mask(parent: list[int], prefix_len: int) -> torch.Tensor:
+    """[q_len, prefix_len + q_len] bool: every prefix row, then self and ancestors."""
+    q_len = len(parent)
+    m = torch.zeros((q_len, prefix_len + q_len), dtype=torch.bool)
+    m[:, :prefix_len] = True
+    for i in range(q_len):
+        for j in visible_tree_rows(parent, i):
+            m[i, prefix_len + j] = True
+    return m
+
+
+@torch.no_grad()
+def reference(q, kv, parent, prefix_lens, scale, kv_indices=None, head_chunk: int = 8):
+    """out [batch, q_len, heads, 512] and lse [batch, heads, q_len], both float64.
+
+    Computed on q's device in float64, a few heads at a time to bound memory.
+    """
+    batch, q_len, heads, _ = q.shape
+    out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.float64, device=q.device)
+    lse = torch.empty((batch, heads, q_len), dtype=torch.float64, device=q.device)
+    for b, prefix in enumerate(prefix_lens.tolist()):
+        kv_len = prefix + q_len
+        rows = kv[kv_indices[b, :kv_len].long()] if kv_indices is not None else kv[b, :kv_len]
+        keys = rows.double()
+        allowed = mask(parent[b].tolist(), prefix).to(q.device)
+        for h0 in range(0, heads, head_chunk):
+            qh = q[b, :, h0:h0 + head_chunk].double()  # q_len x hc x 576
+            scores = torch.einsum("ihd,td->hit", qh, keys) * scale
+            scores.masked_fill_(~allowed, float("-inf"))
+            lse[b, h0:h0 + head_chunk] = torch.logsumexp(scores, dim=-1)
+            probs = torch.exp(scores - lse[b, h0:h0 + head_chunk, :, None])
+            out[b, :, h0:h0 + head_chunk] = torch.einsum("hit,td->ihd", probs, keys[:, :LATENT])
+    return out, lse

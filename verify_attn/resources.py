@@ -1,0 +1,123 @@
+"""Static resources of each kernel from the compiler's own report, no GPU needed.
+
+Each kernel file is compiled on its own with nvcc for each architecture; ptxas -v gives
+registers, static shared memory, stack and spills, and the PTX's ``.maxntid`` (from
+``__launch_bounds__``) gives the block size, from which the occupancy follows.
+Results are cached by content under the build cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from .build import cache_dir, kernels_dir
+
+ARCHS = ("sm_90", "sm_120")
+KERNEL_FILES = ("naive.cu", "flash.cu")
+
+# Per-SM limits (CUDA programming guide, compute capability table).
+LIMITS = {
+    "sm_90": {"regs": 65536, "threads": 2048, "blocks": 32, "smem": 228 * 1024, "reserved_smem": 1024},
+    "sm_120": {"regs": 65536, "threads": 1536, "blocks": 32, "smem": 100 * 1024, "reserved_smem": 1024},
+}
+
+
+def nvcc() -> str:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if Path(home, "bin", "nvcc").exists():
+        return str(Path(home, "bin", "nvcc"))
+    raise RuntimeError("nvcc not found: put CUDA's bin on PATH or set CUDA_HOME")
+
+
+def _short(mangled: str) -> str:
+    """The last name of an Itanium nested name: _ZN11verify_attn...11flash_splitE... -> flash_split."""
+    if not mangled.startswith("_ZN"):
+        return mangled
+    i, parts = 3, []
+    while i < len(mangled) and mangled[i].isdigit():
+        j = i
+        while mangled[j].isdigit():
+            j += 1
+        parts.append(mangled[j:j + int(mangled[i:j])])
+        i = j + int(mangled[i:j])
+    return parts[-1] if parts else mangled
+
+
+def occupancy(arch: str, threads: int, regs: int, smem: int) -> int:
+    """Resident blocks per SM allowed by threads, registers (per-warp granularity 256) and shared memory."""
+    lim = LIMITS[arch]
+    warps = -(-threads // 32)
+    regs_per_warp = -(-max(regs, 1) * 32 // 256) * 256
+    by_regs = lim["regs"] // (regs_per_warp * warps)
+    by_threads = lim["threads"] // (warps * 32)
+    by_smem = lim["blocks"] if smem == 0 else lim["smem"] // (smem + lim["reserved_smem"])
+    return max(0, min(by_regs, by_threads, by_smem, lim["blocks"]))
+
+
+def _compile(path: Path, arch: str) -> dict:
+    flags = ["-std=c++17", "-O3", f"-arch={arch}", "-I", str(path.parent)]
+    ptx = subprocess.run([nvcc(), *flags, "-ptx", "-o", "-", str(path)], check=True, capture_output=True, text=True).stdout
+    threads = {}
+    for m in re.finditer(r"\.entry\s+(\S+?)\s*\(.*?\)\s*(\.maxntid\s+(\d+))?", ptx, re.S):
+        threads[m.group(1)] = int(m.group(3)) if m.group(3) else None
+    rep = subprocess.run([nvcc(), *flags, "-Xptxas", "-v", "-c", "-o", os.devnull, str(path)],
+                         check=True, capture_output=True, text=True).stderr
+    kernels, current = {}, None
+    for line in rep.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'|Function properties for (\S+)", line)
+        if m:
+            current = m.group(1) or m.group(2)
+            kernels.setdefault(current, {"stack": 0, "spill_stores": 0, "spill_loads": 0, "smem": 0})
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m and current:
+            kernels[current].update(stack=int(m[1]), spill_stores=int(m[2]), spill_loads=int(m[3]))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and current:
+            kernels[current]["registers"] = int(m[1])
+            s = re.search(r"(\d+) bytes smem", line)
+            kernels[current]["smem"] = int(s[1]) if s else 0
+    out = {}
+    for mangled, k in kernels.items():
+        if "registers" not in k or mangled not in threads:
+            continue
+        k["threads"] = threads[mangled] or 1024
+        k["blocks_per_sm"] = occupancy(arch, k["threads"], k["registers"], k["smem"])
+        k["occupancy"] = k["blocks_per_sm"] * k["threads"] / LIMITS[arch]["threads"]
+        out[_short(mangled)] = k
+    return out
+
+
+def report() -> dict:
+    """{arch: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads, blocks_per_sm, occupancy}}}"""
+    src = kernels_dir()
+    files = sorted(src.glob("*.cu")) + sorted(src.glob("*.h"))
+    key = hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:20]
+    cached = cache_dir() / "resources" / f"{key}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    result = {arch: {} for arch in ARCHS}
+    for arch in ARCHS:
+        for name in KERNEL_FILES:
+            result[arch].update(_compile(src / name, arch))
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, cached)
+    return result
+
+
+if __name__ == "__main__":
+    for arch, kernels in report().items():
+        for name, k in kernels.items():
+            print(f"{arch:7s} {name:14s} regs={k['registers']:3d} smem={k['smem']:6d} stack={k['stack']} "
+                  f"spills={k['spill_stores']}/{k['spill_loads']} threads={k['threads']} "
+                  f"blocks/SM={k['blocks_per_sm']} occupancy={k['occupancy']:.0%}")

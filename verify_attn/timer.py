@@ -1,0 +1,143 @@
+"""One GPU (and CPU) timer for the benchmarks and every script (REFERENCE.md section 6).
+
+GPU samples are CUDA events around ``number`` back-to-back calls. Before each sample the
+GPU is held in a spin kernel long enough for the host to enqueue all the calls, so the
+events time the calls and not the host's launch rate (nvbench's blocking kernel). Calls
+rotate over several input sets whose data is larger than the L2 cache, so a large case is
+not timed from cache; the cold variant also overwrites the L2 before every single call.
+The SM clock is read after every sample: samples taken under 75% of the highest clock seen
+are dropped and taken again, and the median clock is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import Callable, Sequence
+
+import torch
+
+CLOCK_FLOOR = 0.75
+
+
+@dataclasses.dataclass
+class Timing:
+    samples: list[float]          # seconds per call, one per sample
+    number: int                   # calls per sample
+    sm_clock_mhz: float | None    # median SM clock over the samples (GPU with NVML)
+    dropped: int = 0              # samples dropped for a low clock
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.samples)
+
+    def asv(self) -> dict:
+        """The form an asv track_ benchmark returns to be stored with statistics."""
+        return {"samples": list(self.samples), "number": self.number}
+
+
+def _sm_clock() -> float | None:
+    try:
+        return float(torch.cuda.clock_rate())
+    except Exception:  # no NVML (pynvml) or not an NVIDIA device
+        return None
+
+
+class _Flusher:
+    """Overwrites a buffer twice the size of the L2 cache."""
+
+    def __init__(self, device):
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        self.buf = torch.empty(max(2 * l2, 64 << 20), dtype=torch.uint8, device=device)
+
+    def __call__(self):
+        self.buf.fill_(1)
+
+
+class Timer:
+    """Times lists of calls. ``calls`` rotate: call k of a sample runs calls[k % len(calls)]."""
+
+    def __init__(self, device: str, samples: int = 15, min_sample_s: float = 2e-3, warmup_s: float = 0.025,
+                 cold: bool = False, max_dropped: int = 20):
+        self.device = device
+        self.samples = samples
+        self.min_sample_s = min_sample_s
+        self.warmup_s = warmup_s
+        self.cold = cold
+        self.max_dropped = max_dropped
+        self.cuda = device == "cuda"
+        self._flush = _Flusher(torch.cuda.current_device()) if (self.cuda and cold) else None
+        self._max_clock = 0.0
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def _calibrate(self, calls: Sequence[Callable]) -> tuple[int, float]:
+        """Warm up; return calls per sample and the host's enqueue time per call."""
+        n, t0 = 0, time.perf_counter()
+        while n < len(calls) or time.perf_counter() - t0 < self.warmup_s:
+            calls[n % len(calls)]()
+            n += 1
+            if n % len(calls) == 0:
+                self._sync()
+        self._sync()
+        per_call = (time.perf_counter() - t0) / n
+        t0 = time.perf_counter()
+        for k in range(len(calls)):
+            calls[k]()
+        host = (time.perf_counter() - t0) / len(calls)
+        self._sync()
+        if self.cold:
+            return 1, host
+        return max(1, min(10_000, math.ceil(self.min_sample_s / per_call))), host
+
+    def _sample(self, calls, number: int, start: int, host_s: float) -> float:
+        if not self.cuda:
+            t0 = time.perf_counter()
+            for k in range(number):
+                calls[(start + k) % len(calls)]()
+            return (time.perf_counter() - t0) / number
+        if self._flush is not None:
+            self._flush()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        # Spin the GPU while the host enqueues: 2x the host time at 2 GHz, capped at 0.2 s.
+        torch.cuda._sleep(int(min(0.2, 2.0 * host_s * number + 20e-6) * 2e9))
+        begin.record()
+        for k in range(number):
+            calls[(start + k) % len(calls)]()
+        end.record()
+        end.synchronize()
+        return begin.elapsed_time(end) / 1e3 / number
+
+    def time(self, calls: Sequence[Callable]) -> Timing:
+        return self.time_many({"_": calls})["_"]
+
+    def time_many(self, variants: dict[str, Sequence[Callable]]) -> dict[str, Timing]:
+        """Time several variants side by side: their samples alternate, so drift in clocks or
+        temperature over the run touches every variant alike."""
+        plan = {name: self._calibrate(calls) for name, calls in variants.items()}
+        results = {name: Timing([], number, None) for name, (number, _) in plan.items()}
+        clocks = {name: [] for name in variants}
+        offset = 0
+        while any(len(r.samples) < self.samples for r in results.values()):
+            for name, calls in variants.items():
+                res = results[name]
+                if len(res.samples) >= self.samples:
+                    continue
+                number, host = plan[name]
+                value = self._sample(calls, number, offset, host)
+                offset += number
+                clock = _sm_clock() if self.cuda else None
+                if clock is not None:
+                    self._max_clock = max(self._max_clock, clock)
+                    if clock < CLOCK_FLOOR * self._max_clock and res.dropped < self.max_dropped:
+                        res.dropped += 1
+                        continue
+                    clocks[name].append(clock)
+                res.samples.append(value)
+        for name, res in results.items():
+            res.sm_clock_mhz = statistics.median(clocks[name]) if clocks[name] else None
+        return results
