@@ -10,5 +10,6 @@ else
   .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
   PY=$PWD/.venv/bin/python
 fi
+PY=$(command -v "$PY")  # absolute: asv runs it from other directories
 # asv's reuse environments layer each commit's build over this interpreter's packages.
 export VERIFY_ATTN_BASE_PYTHON=${VERIFY_ATTN_BASE_PYTHON:-$PY}

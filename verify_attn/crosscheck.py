@@ -15,7 +15,7 @@ import statistics
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from . import cases
+from . import cases, ops
 from .measure import input_sets, prepare
 from .timer import Timer
 
@@ -37,6 +37,7 @@ def profiled_kernel_s(calls, reps: int = 20) -> float:
 
 
 def main() -> int:
+    ops.load()
     timer = Timer("cuda", samples=15)
     print(f"{'impl':6s} {'case':16s} {'timer us':>9s} {'profiler us':>11s} {'diff':>7s}")
     worst = 0.0

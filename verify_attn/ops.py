@@ -115,9 +115,14 @@ def tree_mask(parent: torch.Tensor) -> torch.Tensor:
 
 
 def torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse) -> None:
-    """What a user would write with plain torch: bf16 matmuls, fp32 masked softmax."""
+    """What a user would write with plain torch: bf16 matmuls, fp32 masked softmax.
+
+    ``prefix_lens`` may be a list: a serving engine knows them on the host, and reading
+    them from a GPU tensor would cost a sync per call."""
     q_len = q.shape[1]
-    for b, prefix in enumerate(prefix_lens.tolist()):
+    if isinstance(prefix_lens, torch.Tensor):
+        prefix_lens = prefix_lens.tolist()
+    for b, prefix in enumerate(prefix_lens):
         kv_len = prefix + q_len
         rows = kv[kv_indices[b, :kv_len].long()] if kv_indices is not None else kv[b, :kv_len]
         mask = torch.ones((q_len, kv_len), dtype=torch.bool, device=q.device)

@@ -1,0 +1,346 @@
+"""Plots of the recorded history, drawn from results/ alone (no GPU, no re-run).
+
+    python -m verify_attn.plots [RESULTS_DIR [OUT_DIR [MACHINE]]]
+
+Results are read with asv's own loader. Every series is stored lower-is-better (see
+benchmarks/common.py), so speedup = 1 / track_time_vs_naive and fraction of peak =
+1 / track_time_vs_roofline. A plot that has no data is skipped with a logged reason: a
+commit lacking a benchmark (a pull request that ran only Quick, a failed build) is normal.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import html
+import itertools
+import logging
+import math
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on the CI or GPU machines
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from asv import results as asv_results  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import LogFormatter, PercentFormatter  # noqa: E402
+
+log = logging.getLogger("verify_attn.plots")
+
+BENCH = "bench_verify_attn"
+# The full grids, whose head count is in the name. Quick is a subset whose heads depend on
+# the device, ColdL2 another cache state: neither is mixed into the per-heads plots.
+HEADS = {"Heads8": 8, "Heads16": 16, "Heads64": 64}
+IMPL_COLOR = {"naive": "tab:gray", "flash": "tab:blue", "torch": "tab:orange"}
+IMPL_STYLE = {"naive": ":", "flash": "-", "torch": "--"}
+HEADS_MARKER = {8: "o", 16: "s", 64: "^"}
+# The headline cases of the history: flash at heads 64, q_len 9. Pull requests run only
+# Quick, which measures these very points (heads 64 on a GPU), so it fills in for Heads64.
+HEADLINE = {"sources": ("Heads64", "Quick"), "q_len": 9, "prefixes": (2048, 16384, 65536), "impl": "flash"}
+
+
+class Skip(Exception):
+    """A plot that cannot be drawn from these results; the message says why."""
+
+
+@dataclasses.dataclass
+class Run:
+    """One commit's results on one machine: benchmark name -> {params tuple: value}."""
+
+    commit: str
+    date: int
+    values: dict
+
+    def grid(self, cls: str, metric: str) -> dict:
+        """{(q_len, prefix_len, impl): value} of bench_verify_attn.<cls>.<metric>."""
+        return self.values.get(f"{BENCH}.{cls}.{metric}", {})
+
+    def scalar(self, name: str):
+        return self.values.get(name, {}).get(())
+
+
+@dataclasses.dataclass
+class Ceilings:
+    tflops: float
+    gbps: float
+    source: str
+
+
+def machines(results_dir) -> list[str]:
+    return sorted(p.parent.name for p in Path(results_dir).glob("*/machine.json"))
+
+
+def load_runs(results_dir, machine: str) -> list[Run]:
+    """The machine's runs, oldest commit first (ties broken by hash, to stay deterministic)."""
+    runs: dict[str, Run] = {}
+    for res in asv_results.iter_results_for_machine(str(results_dir), machine):
+        run = runs.setdefault(res.commit_hash, Run(res.commit_hash, res.date or 0, {}))
+        for key in res.get_all_result_keys():
+            params = res.get_result_params(key)
+            values = res.get_result_value(key, params)
+            # asv keeps parameter values as their repr ("9", "'flash'"); a scalar has params []
+            # and one value under the empty tuple.
+            combos = itertools.product(*[[ast.literal_eval(v) for v in p] for p in params])
+            for combo, value in zip(combos, values):
+                if isinstance(value, (int, float)) and math.isfinite(value):
+                    run.values.setdefault(key, {})[combo] = float(value)
+    return sorted(runs.values(), key=lambda r: (r.date, r.commit))
+
+
+def ceilings(runs: list[Run], machine: str) -> Ceilings | None:
+    """The peaks the fractions of peak were computed against: those recorded by
+    bench_machine (newest first), else the table by machine name, else none (CPU, unknown GPU)."""
+    for run in reversed(runs):
+        tflops = run.scalar("bench_machine.Machine.track_peak_tflops")
+        gbps = run.scalar("bench_machine.Machine.track_peak_gbps")
+        if tflops and gbps:
+            return Ceilings(tflops, gbps, f"recorded at {run.commit[:8]}")
+    from .machine import KNOWN
+
+    for name, p in KNOWN.items():  # asv machine names are the GPU's, lowercased, dashed
+        if machine in (name, name.lower().replace(" ", "-")):
+            return Ceilings(p.flops / 1e12, p.bytes_per_s / 1e9, "verify_attn.machine.KNOWN")
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def point_cost(heads: int, q_len: int, prefix_len: int) -> tuple[float, float]:
+    """(flops, bytes) of a grid point, for the tree the suite measures (seed 0)."""
+    from .cases import grid_case, make_inputs
+    from .cost import cost_of
+
+    c = cost_of(make_inputs(grid_case(heads, q_len, prefix_len), "cpu", 0))
+    return c.flops, c.bytes
+
+
+def latest(runs: list[Run], cls: str, metric: str):
+    """(run, grid) of the newest commit that has this benchmark, or None."""
+    for run in reversed(runs):
+        if run.grid(cls, metric):
+            return run, run.grid(cls, metric)
+    return None
+
+
+def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: str = "") -> None:
+    """Achieved TFLOP/s against arithmetic intensity (log-log) under the machine's ceilings."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    xs = []
+    for cls, heads in HEADS.items():
+        found = latest(runs, cls, "track_time")
+        if not found:
+            continue
+        run, times = found
+        for impl in IMPL_COLOR:
+            pts = [(point_cost(heads, q, p), t) for (q, p, i), t in sorted(times.items()) if i == impl and t > 0]
+            if not pts:
+                continue
+            x = [f / b for (f, b), _ in pts]
+            xs += x
+            ax.scatter(x, [f / t / 1e12 for (f, _), t in pts], color=IMPL_COLOR[impl], marker=HEADS_MARKER[heads],
+                       label=f"{impl}, {heads} heads @{run.commit[:8]}", alpha=0.85)
+    if not xs:
+        plt.close(fig)
+        raise Skip("no track_time results of Heads8/16/64")
+    note = ""
+    if ceil:
+        # The roof: bandwidth-bound left of the ridge, compute-bound right of it.
+        ridge = ceil.tflops * 1e3 / ceil.gbps
+        lo, hi = min(min(xs), ridge) / 2, max(max(xs), ridge) * 2
+        ax.plot([lo, ridge], [ceil.gbps * lo / 1e3, ceil.tflops], "k:", label=f"bandwidth ceiling {ceil.gbps:.0f} GB/s")
+        ax.plot([ridge, hi], [ceil.tflops, ceil.tflops], "k--", label=f"compute ceiling {ceil.tflops:.0f} TFLOP/s")
+        note = f"ceilings {ceil.source}"
+    else:
+        note = "no ceilings: no peaks recorded or known for this machine"
+        log.warning("%s roofline: %s", machine, note)
+    ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte, tree-aware cost model)",
+           ylabel="achieved TFLOP/s", title=f"Roofline, {machine}\n({note})")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _per_heads(runs: list[Run], metric: str, impls: tuple[str, ...], ylabel: str, title: str, path: Path,
+               scale: float = 1.0, ref: float | None = None) -> None:
+    """1 / metric against prefix length, a panel per head count (its newest commit), a line
+    per (q_len, impl)."""
+    panels = [(heads, found) for cls, heads in HEADS.items() if (found := latest(runs, cls, metric))]
+    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(0.5 + 4.5 * max(1, len(panels)), 4.2),
+                             squeeze=False, sharey=True)
+    q_lens = sorted({q for _, (_, grid) in panels for q, _, _ in grid})  # one colour per q_len throughout
+    drawn = 0
+    for ax, (heads, (run, grid)) in zip(axes[0], panels):
+        # Prefix lengths as categories: they include 0, which a log axis cannot show.
+        prefixes = sorted({p for _, p, _ in grid})
+        for n, q in enumerate(q_lens):
+            for impl in impls:
+                pts = sorted((p, scale / v) for (qq, p, i), v in grid.items() if qq == q and i == impl and v > 0)
+                if pts:
+                    drawn += 1
+                    ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], color=f"C{n}",
+                            ls=IMPL_STYLE[impl], marker="o", ms=4)
+        ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
+        ax.set(xlabel="prefix length", yscale="log", title=f"{heads} heads @{run.commit[:8]}")
+        if ref is not None:
+            ax.axhline(ref, color="k", lw=0.8)
+        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
+            axis(LogFormatter(labelOnlyBase=False))  # 0.6, 2, 30: not 6x10^-1 on a short range
+        ax.grid(True, which="both", alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        raise Skip(f"no {metric} results for {'/'.join(impls)} in Heads8/16/64")
+    axes[0][0].set_ylabel(ylabel)
+    # Colour = q_len, line style = implementation: a short legend instead of one entry per line.
+    handles = [Line2D([], [], color=f"C{n}", marker="o", ms=4, label=f"q_len {q}") for n, q in enumerate(q_lens)]
+    handles += [Line2D([], [], color="k", ls=IMPL_STYLE[i], label=i) for i in impls]
+    axes[0][-1].legend(handles=handles, fontsize=7, loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_speedup(runs: list[Run], path: Path, machine: str = "") -> None:
+    """Speedup over naive (1 / track_time_vs_naive) against prefix length."""
+    _per_heads(runs, "track_time_vs_naive", ("flash", "torch"), "speedup over naive (x)",
+               f"Speedup over naive, {machine} (line at 1 = naive)", path, ref=1.0)
+
+
+def plot_peak_fraction(runs: list[Run], path: Path, machine: str = "") -> None:
+    """Fraction of the theoretical peak (1 / track_time_vs_roofline) against prefix length."""
+    _per_heads(runs, "track_time_vs_roofline", ("naive", "flash", "torch"), "% of peak",
+               f"Fraction of the roofline, {machine}", path, scale=100.0)
+
+
+def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
+    """Speedup and fraction of peak at the headline cases, commit by commit."""
+    q, impl = HEADLINE["q_len"], HEADLINE["impl"]
+    sources, prefixes = HEADLINE["sources"], HEADLINE["prefixes"]
+    what = "Heads64, else Quick (both heads 64 on a GPU)"
+
+    def value(run, metric, p, sources):
+        for cls in sources:
+            v = run.grid(cls, metric).get((q, p, impl))
+            if v:
+                return 1 / v
+        return math.nan
+
+    def has_any(sources, prefixes):
+        return any(not math.isnan(value(r, "track_time_vs_naive", p, sources)) for r in runs for p in prefixes)
+
+    if not has_any(sources, prefixes):
+        # No headline data (a CPU machine): the largest head count measured, its 3 longest prefixes.
+        present = [c for c in reversed(HEADS) if any(r.grid(c, "track_time_vs_naive") for r in runs)]
+        if not present:
+            raise Skip("no track_time_vs_naive results")
+        sources = (present[0],)
+        found = {p for r in runs for (qq, p, i) in r.grid(present[0], "track_time_vs_naive") if qq == q and i == impl}
+        prefixes = tuple(sorted(found)[-3:])
+        what = f"{HEADS[present[0]]} heads ({present[0]}: no Heads64 or Quick results here)"
+        if not prefixes:
+            raise Skip(f"no {impl} results at q_len {q}")
+    rows = [r for r in runs if any(not math.isnan(value(r, m, p, sources))
+                                   for m in ("track_time_vs_naive", "track_time_vs_roofline") for p in prefixes)]
+    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(6.0, 1.0 + 0.45 * len(rows))), 6.5), sharex=True)
+    x = np.arange(len(rows))
+    for ax, metric, label in ((axes[0], "track_time_vs_naive", "speedup over naive (x)"),
+                              (axes[1], "track_time_vs_roofline", "fraction of peak")):
+        for n, p in enumerate(prefixes):
+            ax.plot(x, [value(r, metric, p, sources) for r in rows], marker="o", color=f"C{n}", label=f"prefix {p}")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=8, loc="best")
+    axes[1].yaxis.set_major_formatter(PercentFormatter(1.0))
+    step = max(1, len(rows) // 30)  # keep the hash labels legible on a long history
+    axes[1].set_xticks(x[::step], [r.commit[:8] for r in rows][::step], rotation=45, ha="right", fontsize=8)
+    axes[1].set_xlabel("commit (oldest to newest by commit date)")
+    fig.suptitle(f"History, {machine}: {impl} at q_len {q}, {what}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+CAPTIONS = {
+    "roofline": "Roofline: achieved TFLOP/s (cost-model FLOPs / median time) of each implementation at "
+                "each grid point of the newest commit measured, against arithmetic intensity (FLOP per "
+                "byte of the tree-aware cost model), under the machine's compute and bandwidth ceilings.",
+    "speedup": "Speedup over naive = naive time / implementation time, both measured side by side in the "
+               "same process, against prefix length; a line per q_len and implementation, a panel per "
+               "head count (newest commit that measured it).",
+    "peak_fraction": "Fraction of peak = roofline time / measured time, the roofline time from the "
+                     "tree-aware cost model and the machine's peaks; a line per q_len and implementation.",
+    "history": "History: speedup over naive and fraction of peak of flash at the headline cases "
+               "(heads 64, q_len 9, prefix 2048/16384/65536), commit by commit.",
+}
+PLOTS = {"roofline": plot_roofline, "speedup": plot_speedup, "peak_fraction": plot_peak_fraction,
+         "history": plot_history}
+
+
+def write_index(out_dir: Path, figures: list[tuple[str, str, str]], skipped: list[str]) -> Path:
+    """A plain page: each figure with alt text and caption, what was not drawn, a way back."""
+    esc = html.escape
+    body = "".join(f'<figure><img src="{esc(f)}" alt="{esc(alt)}"><figcaption>{esc(cap)}</figcaption></figure>\n'
+                   for f, alt, cap in figures) or "<p>No plots: no results to draw.</p>\n"
+    if skipped:
+        body += "<h2>Not drawn</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in skipped) + "</ul>\n"
+    page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>verify-attn plots</title>
+<link rel="icon" href="data:,">
+<style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}}
+img{{max-width:100%;border:1px solid #ddd}} figure{{margin:2em 0}} figcaption{{color:#444}}</style></head>
+<body><p><a href="../index.html">&larr; asv benchmark site</a></p>
+<h1>verify-attn: plots</h1>
+<p>Speedup = naive time / implementation time, measured side by side in the same process.
+Fraction of peak = roofline time / measured time, with the tree-aware cost model.</p>
+{body}</body></html>
+"""
+    path = out_dir / "index.html"
+    path.write_text(page)
+    return path
+
+
+def main(results_dir, out_dir, machine: str | None = None) -> list[Path]:
+    """Draw every plot for each machine (or the one given) into out_dir, plus index.html.
+    Returns the PNGs written; a plot that cannot be drawn is logged and listed as not drawn."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures, skipped, written = [], [], []
+    names = [machine] if machine else machines(results_dir)
+    if not names:
+        skipped.append(f"no machines under {results_dir}")
+    for name in names:
+        runs = load_runs(results_dir, name)
+        ceil = ceilings(runs, name)
+        for kind, fn in PLOTS.items():
+            path = out_dir / f"{name}-{kind}.png"
+            try:
+                if not runs:
+                    raise Skip("no results")
+                if fn is plot_roofline:
+                    fn(runs, ceil, path, name)
+                else:
+                    fn(runs, path, name)
+            except Skip as exc:
+                log.warning("plot %s for %s skipped: %s", kind, name, exc)
+                skipped.append(f"{name}, {kind}: {exc}")
+                continue
+            except Exception as exc:  # a bug in one plot must not cost the others or the site
+                log.exception("plot %s for %s failed", kind, name)
+                skipped.append(f"{name}, {kind}: failed ({type(exc).__name__}: {exc})")
+                continue
+            written.append(path)
+            figures.append((path.name, f"{kind.replace('_', ' ')} plot for machine {name}",
+                            f"{name}: {CAPTIONS[kind]}"))
+    write_index(out_dir, figures, skipped)
+    return written
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    args = sys.argv[1:]
+    main(args[0] if args else "results", args[1] if len(args) > 1 else "html/plots", *args[2:3])
