@@ -9,15 +9,15 @@ namespace verify_attn {
 namespace {
 
 void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, int dim, const at::Tensor& q) {
-  TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-  TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
-  TORCH_CHECK(t.device() == q.device(), name, " must be on ", q.device(), " like q, got ", t.device());
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
-  TORCH_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
+  VA_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
+  VA_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
+  VA_CHECK(t.device() == q.device(), name, " must be on ", q.device(), " like q, got ", t.device());
+  VA_CHECK(t.is_contiguous(), name, " must be contiguous");
+  VA_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
 void check_size(const at::Tensor& t, const char* name, int d, int64_t want, const char* what) {
-  TORCH_CHECK(t.size(d) == want, name, ".shape[", d, "] must be ", what, " = ", want, ", got shape ", t.sizes());
+  VA_CHECK(t.size(d) == want, name, ".shape[", d, "] must be ", what, " = ", want, ", got shape ", t.sizes());
 }
 
 }  // namespace
@@ -26,33 +26,33 @@ Params check_inputs(const at::Tensor& q, const at::Tensor& kv, const c10::option
                     const at::Tensor& parent, const at::Tensor& prefix_lens, double scale,
                     const at::Tensor& out, const at::Tensor& lse) {
   check_tensor(q, "q", at::kBFloat16, 4, q);
-  TORCH_CHECK(q.size(3) == kKeyDim, "q must be [batch, q_len, heads, ", kKeyDim, "], got shape ", q.sizes());
+  VA_CHECK(q.size(3) == kKeyDim, "q must be [batch, q_len, heads, ", kKeyDim, "], got shape ", q.sizes());
   const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2);
-  TORCH_CHECK(batch >= 1 && q_len >= 1 && heads >= 1, "q must have batch, q_len and heads >= 1, got shape ", q.sizes());
-  TORCH_CHECK(q_len <= kMaxQLen, "q_len = ", q_len, " exceeds the supported maximum of ", kMaxQLen);
-  TORCH_CHECK(batch * heads <= 65535, "batch * heads = ", batch * heads, " exceeds the supported maximum of 65535");
-  TORCH_CHECK(std::isfinite(scale) && scale > 0, "scale must be a positive finite number, got ", scale);
+  VA_CHECK(batch >= 1 && q_len >= 1 && heads >= 1, "q must have batch, q_len and heads >= 1, got shape ", q.sizes());
+  VA_CHECK(q_len <= kMaxQLen, "q_len = ", q_len, " exceeds the supported maximum of ", kMaxQLen);
+  VA_CHECK(batch * heads <= 65535, "batch * heads = ", batch * heads, " exceeds the supported maximum of 65535");
+  VA_CHECK(std::isfinite(scale) && scale > 0, "scale must be a positive finite number, got ", scale);
 
   const bool paged = kv_indices.has_value();
   int64_t kv_cols, pool_rows;
   if (paged) {
     check_tensor(kv, "kv", at::kBFloat16, 2, q);
-    TORCH_CHECK(kv.size(1) == kKeyDim, "kv (paged) must be [rows, ", kKeyDim, "], got shape ", kv.sizes());
+    VA_CHECK(kv.size(1) == kKeyDim, "kv (paged) must be [rows, ", kKeyDim, "], got shape ", kv.sizes());
     check_tensor(*kv_indices, "kv_indices", at::kInt, 2, q);
     check_size(*kv_indices, "kv_indices", 0, batch, "batch");
     kv_cols = kv_indices->size(1);
     pool_rows = kv.size(0);
-    TORCH_CHECK(pool_rows >= 1, "kv (paged) must hold at least one row");
+    VA_CHECK(pool_rows >= 1, "kv (paged) must hold at least one row");
   } else {
     check_tensor(kv, "kv", at::kBFloat16, 3, q);
-    TORCH_CHECK(kv.size(2) == kKeyDim, "kv must be [batch, kv_len, ", kKeyDim, "], got shape ", kv.sizes());
+    VA_CHECK(kv.size(2) == kKeyDim, "kv must be [batch, kv_len, ", kKeyDim, "], got shape ", kv.sizes());
     check_size(kv, "kv", 0, batch, "batch");
     kv_cols = kv.size(1);
     pool_rows = batch * kv_cols;
   }
-  TORCH_CHECK(kv_cols >= q_len, "kv holds ", kv_cols, " rows per batch element, fewer than q_len = ", q_len,
+  VA_CHECK(kv_cols >= q_len, "kv holds ", kv_cols, " rows per batch element, fewer than q_len = ", q_len,
               " (it needs prefix_len + q_len)");
-  TORCH_CHECK(kv_cols <= kMaxKvLen, "kv_len = ", kv_cols, " exceeds the supported maximum of ", kMaxKvLen);
+  VA_CHECK(kv_cols <= kMaxKvLen, "kv_len = ", kv_cols, " exceeds the supported maximum of ", kMaxKvLen);
 
   check_tensor(parent, "parent", at::kInt, 2, q);
   check_size(parent, "parent", 0, batch, "batch");

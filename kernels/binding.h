@@ -2,9 +2,26 @@
 #pragma once
 #include <ATen/ATen.h>
 
+#include <sstream>
+#include <stdexcept>
+
 #include "verify_attn.h"
 
 namespace verify_attn {
+
+// Input errors are thrown as std::invalid_argument, which torch raises in Python as
+// RuntimeError with the message. (TORCH_CHECK's c10::Error crashed the process on the
+// H200's torch 2.11 build when thrown from this extension: see the issue notes.)
+template <typename... Args>
+[[noreturn]] void fail(const Args&... args) {
+  std::ostringstream message;
+  (message << ... << args);
+  throw std::invalid_argument(message.str());
+}
+#define VA_CHECK(cond, ...) \
+  do {                      \
+    if (!(cond)) ::verify_attn::fail(__VA_ARGS__); \
+  } while (0)
 
 // Checks shapes, dtypes, devices, layouts and size limits, naming the argument at fault,
 // and returns the kernels' parameter struct. Values (tree, prefixes, indices) are checked in

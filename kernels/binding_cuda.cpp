@@ -15,7 +15,7 @@ at::Tensor workspace(const at::Tensor& like, int64_t floats) {
 }
 
 void check_launch(int err, const char* impl) {
-  TORCH_CHECK(err == cudaSuccess, "verify_attn::", impl, " launch failed: ", cudaGetErrorString(cudaError_t(err)));
+  VA_CHECK(err == cudaSuccess, "verify_attn::", impl, " launch failed: ", cudaGetErrorString(cudaError_t(err)));
 }
 
 void naive_cuda(const at::Tensor& q, const at::Tensor& kv, const c10::optional<at::Tensor>& kv_indices,

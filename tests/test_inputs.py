@@ -42,9 +42,9 @@ def test_bad_input_names_the_argument(good, impl, change, message):
 
 def test_contiguous_kv_shape_is_checked():
     i = cases.make_inputs(cases.CASES["seed_2x8x9x9"])
-    with pytest.raises(RuntimeError, match=r"kv.shape\[0\] must be batch"):
+    with pytest.raises(ValueError, match=r"kv.shape\[0\] must be batch"):
         call(i, kv=i.kv[:1].contiguous())
-    with pytest.raises(RuntimeError, match="fewer than q_len"):
+    with pytest.raises(ValueError, match="fewer than q_len"):
         call(i, kv=i.kv[:, :5].contiguous(), prefix_lens=torch.zeros(2, dtype=torch.int32))
 
 
@@ -52,7 +52,7 @@ def test_sizes_beyond_the_kernels_are_refused():
     q = torch.randn(1, 1025, 1, 576).bfloat16()
     kv = torch.randn(1, 1025, 576).bfloat16()
     parent = torch.arange(-1, 1024, dtype=torch.int32)[None]
-    with pytest.raises(RuntimeError, match="q_len = 1025 exceeds the supported maximum of 1024"):
+    with pytest.raises(ValueError, match="q_len = 1025 exceeds the supported maximum of 1024"):
         ops.verify_attention(q, kv, parent, torch.zeros(1, dtype=torch.int32), 0.1)
 
 
@@ -63,7 +63,7 @@ def test_unknown_impl_is_refused(good):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_mixed_devices_are_refused(good):
-    with pytest.raises(RuntimeError, match="kv must be on cuda"):
+    with pytest.raises(ValueError, match="kv must be on cuda"):
         call(good.to("cuda"), kv=good.kv)
 
 

@@ -5,7 +5,8 @@
 For a few cases and implementations: the timer's median per call, and the sum of the GPU
 kernel durations per call that the profiler records over the same back-to-back calls.
 The two should agree within 5% for kernels of 20 us or more: what is left between them is
-the gap between back-to-back launches.
+the gap between back-to-back launches. The torch composite is shown for reference only: in
+eager mode it is a string of small kernels whose launch gaps the profiler does not count.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ def main() -> int:
         timed = timer.time(calls).median
         prof = profiled_kernel_s(calls)
         diff = (timed - prof) / prof
-        if prof >= 20e-6:
+        if prof >= 20e-6 and impl in ops.KERNELS:
             worst = max(worst, abs(diff))
         print(f"{impl:6s} {case.name:16s} {timed * 1e6:9.1f} {prof * 1e6:11.1f} {100 * diff:6.1f}%", flush=True)
-    print(f"largest difference for kernels of 20 us or more: {100 * worst:.1f}%")
+    print(f"largest difference for {', '.join(ops.KERNELS)} at 20 us or more: {100 * worst:.1f}%")
     return 0 if worst <= 0.05 else 1
 
 
