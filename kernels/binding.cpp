@@ -8,16 +8,24 @@
 namespace verify_attn {
 namespace {
 
+// "[2, 17, 16, 576]". Built by hand: printing an IntArrayRef straight into the message
+// crashed the process on the H200's torch 2.11 build.
+std::string shape_of(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
+  return s + "]";
+}
+
 void check_tensor(const at::Tensor& t, const char* name, at::ScalarType dtype, int dim, const at::Tensor& q) {
   VA_CHECK(t.scalar_type() == dtype, name, " must be ", dtype, ", got ", t.scalar_type());
-  VA_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", t.sizes());
+  VA_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got shape ", shape_of(t));
   VA_CHECK(t.device() == q.device(), name, " must be on ", q.device(), " like q, got ", t.device());
   VA_CHECK(t.is_contiguous(), name, " must be contiguous");
   VA_CHECK(reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0, name, " must be 16-byte aligned");
 }
 
 void check_size(const at::Tensor& t, const char* name, int d, int64_t want, const char* what) {
-  VA_CHECK(t.size(d) == want, name, ".shape[", d, "] must be ", what, " = ", want, ", got shape ", t.sizes());
+  VA_CHECK(t.size(d) == want, name, ".shape[", d, "] must be ", what, " = ", want, ", got shape ", shape_of(t));
 }
 
 }  // namespace
@@ -26,9 +34,9 @@ Params check_inputs(const at::Tensor& q, const at::Tensor& kv, const c10::option
                     const at::Tensor& parent, const at::Tensor& prefix_lens, double scale,
                     const at::Tensor& out, const at::Tensor& lse) {
   check_tensor(q, "q", at::kBFloat16, 4, q);
-  VA_CHECK(q.size(3) == kKeyDim, "q must be [batch, q_len, heads, ", kKeyDim, "], got shape ", q.sizes());
+  VA_CHECK(q.size(3) == kKeyDim, "q must be [batch, q_len, heads, ", kKeyDim, "], got shape ", shape_of(q));
   const int64_t batch = q.size(0), q_len = q.size(1), heads = q.size(2);
-  VA_CHECK(batch >= 1 && q_len >= 1 && heads >= 1, "q must have batch, q_len and heads >= 1, got shape ", q.sizes());
+  VA_CHECK(batch >= 1 && q_len >= 1 && heads >= 1, "q must have batch, q_len and heads >= 1, got shape ", shape_of(q));
   VA_CHECK(q_len <= kMaxQLen, "q_len = ", q_len, " exceeds the supported maximum of ", kMaxQLen);
   VA_CHECK(batch * heads <= 65535, "batch * heads = ", batch * heads, " exceeds the supported maximum of 65535");
   VA_CHECK(std::isfinite(scale) && scale > 0, "scale must be a positive finite number, got ", scale);
@@ -37,7 +45,7 @@ Params check_inputs(const at::Tensor& q, const at::Tensor& kv, const c10::option
   int64_t kv_cols, pool_rows;
   if (paged) {
     check_tensor(kv, "kv", at::kBFloat16, 2, q);
-    VA_CHECK(kv.size(1) == kKeyDim, "kv (paged) must be [rows, ", kKeyDim, "], got shape ", kv.sizes());
+    VA_CHECK(kv.size(1) == kKeyDim, "kv (paged) must be [rows, ", kKeyDim, "], got shape ", shape_of(kv));
     check_tensor(*kv_indices, "kv_indices", at::kInt, 2, q);
     check_size(*kv_indices, "kv_indices", 0, batch, "batch");
     kv_cols = kv_indices->size(1);
@@ -45,7 +53,7 @@ Params check_inputs(const at::Tensor& q, const at::Tensor& kv, const c10::option
     VA_CHECK(pool_rows >= 1, "kv (paged) must hold at least one row");
   } else {
     check_tensor(kv, "kv", at::kBFloat16, 3, q);
-    VA_CHECK(kv.size(2) == kKeyDim, "kv must be [batch, kv_len, ", kKeyDim, "], got shape ", kv.sizes());
+    VA_CHECK(kv.size(2) == kKeyDim, "kv must be [batch, kv_len, ", kKeyDim, "], got shape ", shape_of(kv));
     check_size(kv, "kv", 0, batch, "batch");
     kv_cols = kv.size(1);
     pool_rows = batch * kv_cols;

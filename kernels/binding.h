@@ -10,8 +10,7 @@
 namespace verify_attn {
 
 // Input errors are thrown as std::invalid_argument, which torch raises in Python as
-// RuntimeError with the message. (TORCH_CHECK's c10::Error crashed the process on the
-// H200's torch 2.11 build when thrown from this extension: see the issue notes.)
+// ValueError, the type Python gives to bad arguments.
 template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {
   std::ostringstream message;
