@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")"
 source .ci/setup_env.sh
 machine=$("$PY" -m verify_attn.machine) || exit 1
-"$PY" -m asv machine --yes --machine "$machine" >/dev/null || exit 1
+asv_machine "$machine" || exit 1
 
 # asv shows a benchmark's output only when it ends; follow the suite's own progress meanwhile.
 log=${VERIFY_ATTN_CACHE:-$HOME/.cache/verify_attn}/progress.log

@@ -13,3 +13,14 @@ fi
 PY=$(command -v "$PY")  # absolute: asv runs it from other directories
 # asv's reuse environments layer each commit's build over this interpreter's packages.
 export VERIFY_ATTN_BASE_PYTHON=${VERIFY_ATTN_BASE_PYTHON:-$PY}
+
+# Register this machine with asv under NAME, describing its CPU and GPU (asv's own
+# detection fills nothing in with --yes).
+asv_machine() {
+  local gpu cpu
+  gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  cpu=$(grep -m 1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | xargs)
+  "$PY" -m asv machine --yes --machine "$1" --os "$(uname -sr)" --arch "$(uname -m)" \
+    --cpu "${cpu:-unknown}${gpu:+, $gpu}" --num_cpu "$(nproc)" \
+    --ram "$(awk '/MemTotal/ {print $2}' /proc/meminfo 2>/dev/null)" >/dev/null
+}
