@@ -14,8 +14,8 @@ PY=$(command -v "$PY")  # absolute: asv runs it from other directories
 # asv's reuse environments layer each commit's build over this interpreter's packages.
 export VERIFY_ATTN_BASE_PYTHON=${VERIFY_ATTN_BASE_PYTHON:-$PY}
 
-# Register this machine with asv under NAME, describing its CPU and GPU (asv's own
-# detection fills nothing in with --yes).
+# Register this machine with asv under NAME. asv keeps only the fields that differ from
+# its own detection, so the GPU is added to the CPU's description to be recorded at all.
 asv_machine() {
   local gpu cpu
   gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)

@@ -14,8 +14,11 @@ at::Tensor workspace(const at::Tensor& like, int64_t floats) {
   return at::empty({std::max<int64_t>(floats, 1)}, like.options().dtype(at::kFloat));
 }
 
+// A failed launch is not bad input: RuntimeError in Python, not ValueError.
 void check_launch(int err, const char* impl) {
-  VA_CHECK(err == cudaSuccess, "verify_attn::", impl, " launch failed: ", cudaGetErrorString(cudaError_t(err)));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("verify_attn::") + impl +
+                             " launch failed: " + cudaGetErrorString(cudaError_t(err)));
 }
 
 void naive_cuda(const at::Tensor& q, const at::Tensor& kv, const c10::optional<at::Tensor>& kv_indices,
