@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import plots
+from . import history, plots
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "<!-- verify-attn: plots link -->"
@@ -63,7 +63,21 @@ def publish(root: Path = ROOT) -> int:
     fill_missing_summaries(html)
     plots.main(root / "results", html / "plots")
     inject_link(html / "index.html")
+    warn_holes(root)
     return status
+
+
+def warn_holes(root: Path) -> None:
+    """Name the commits whose measured code changed but that have no results, per machine."""
+    for machine in sorted(p.parent.name for p in (root / "results").glob("*/machine.json")):
+        try:
+            holes = [c.sha[:8] for c in history.commits(root, machine) if c.missing]
+        except (OSError, subprocess.CalledProcessError):
+            return  # not a git checkout: nothing to compare against
+        if holes:
+            logging.getLogger("verify_attn.publish").warning(
+                "%s: %d commits changed measured code but have no results: %s "
+                "(python -m verify_attn.history --machine %s)", machine, len(holes), " ".join(holes), machine)
 
 
 def serve(directory: Path, port: int) -> None:

@@ -1,0 +1,93 @@
+"""Holes in the history: commits that changed what is measured but have no results.
+
+    python -m verify_attn.history [--machine nvidia-h200] [--branch main] [--missing] [--check]
+
+A commit needs results on a machine when it changed a measured path (the kernels, the
+package, the suite, the build and asv settings) against its first parent; a commit that only
+touched docs, scripts, tests or results/ measures the same code as its parent. The table
+lists every first-parent commit since the kernels exist. --missing prints just the hashes
+that lack results (`bash .ci/backfill 0,1` with no commits runs those); --check exits 1 when
+there are any. The table's second column says whether the commit changed measured code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASURED = ("kernels", "verify_attn", "benchmarks", "asv_plugins", "asv.conf.json", "pyproject.toml",
+            "requirements.txt")
+
+
+@dataclass
+class Commit:
+    sha: str
+    subject: str
+    measured: bool  # changed a measured path against its first parent
+    has_results: bool
+
+    @property
+    def missing(self) -> bool:
+        return self.measured and not self.has_results
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
+
+
+def recorded(results: Path) -> set[str]:
+    """Full hashes of the commits with results files in results/<machine>/."""
+    hashes = set()
+    for path in results.glob("*.json"):
+        if path.name == "machine.json":
+            continue
+        try:
+            hashes.add(json.loads(path.read_text())["commit_hash"])
+        except (ValueError, KeyError) as err:
+            raise SystemExit(f"{path}: not an asv results file ({err})")
+    return hashes
+
+
+def commits(root: Path = ROOT, machine: str = "nvidia-h200", branch: str = "HEAD") -> list[Commit]:
+    """The branch's first-parent commits from the one that added kernels/, oldest first."""
+    done = recorded(root / "results" / machine)
+    log = [line.split("\t", 2) for line in
+           git(root, "log", "--first-parent", "--reverse", "--format=%H%x09%P%x09%s", branch).splitlines()]
+    with_kernels = [sha for sha, _, _ in log if git(root, "ls-tree", "--name-only", sha, "kernels").strip()]
+    if not with_kernels:
+        return []
+    start = [sha for sha, _, _ in log].index(with_kernels[0])
+    history = []
+    for sha, parents, subject in log[start:]:
+        parent = parents.split()[0] if parents else None
+        changed = (git(root, "diff", "--name-only", parent, sha, "--", *MEASURED) if parent
+                   else git(root, "ls-tree", "-r", "--name-only", sha, "--", *MEASURED))
+        history.append(Commit(sha, subject, bool(changed.strip()), sha in done))
+    return history
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m verify_attn.history", description=__doc__.splitlines()[0])
+    parser.add_argument("--machine", default="nvidia-h200", help="the asv machine name under results/")
+    parser.add_argument("--branch", default="HEAD")
+    parser.add_argument("--missing", action="store_true", help="print only the hashes that need results")
+    parser.add_argument("--check", action="store_true", help="exit 1 if any commit needs results")
+    args = parser.parse_args(argv)
+    history = commits(ROOT, args.machine, args.branch)
+    holes = [c for c in history if c.missing]
+    if args.missing:
+        print("\n".join(c.sha for c in holes))
+    else:
+        for c in history:
+            state = "results" if c.has_results else ("MISSING" if c.measured else "-")
+            print(f"{c.sha[:8]}  {'measured' if c.measured else 'same':8s}  {state:8s} {c.subject[:64]}")
+        print(f"{len(holes)} of {sum(c.measured for c in history)} measured commits lack {args.machine} results")
+    return 1 if args.check and holes else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
