@@ -8,8 +8,7 @@
 namespace verify_attn {
 namespace {
 
-// "[2, 17, 16, 576]". Built by hand: printing an IntArrayRef straight into the message
-// crashed the process on the H200's torch 2.11 build.
+// "[2, 17, 16, 576]", built without an ostream (see text() in binding.h).
 std::string shape_of(const at::Tensor& t) {
   std::string s = "[";
   for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));

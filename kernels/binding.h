@@ -2,20 +2,37 @@
 #pragma once
 #include <ATen/ATen.h>
 
-#include <sstream>
+#include <cstdio>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "verify_attn.h"
 
 namespace verify_attn {
 
+// The pieces of an error message as text. No ostream: on the H200's torch 2.11 build, any
+// number streamed into an ostringstream inside this extension crashed the process (strings
+// and dtypes streamed fine), so numbers go through std::to_string / snprintf.
+inline std::string text(const char* s) { return s; }
+inline std::string text(const std::string& s) { return s; }
+inline std::string text(at::ScalarType t) { return c10::toString(t); }
+inline std::string text(const c10::Device& d) { return d.str(); }
+inline std::string text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+std::string text(T v) { return std::to_string(v); }
+
 // Input errors are thrown as std::invalid_argument, which torch raises in Python as
 // ValueError, the type Python gives to bad arguments.
 template <typename... Args>
 [[noreturn]] void fail(const Args&... args) {
-  std::ostringstream message;
-  (message << ... << args);
-  throw std::invalid_argument(message.str());
+  std::string message;
+  (message.append(text(args)), ...);
+  throw std::invalid_argument(message);
 }
 #define VA_CHECK(cond, ...) \
   do {                      \
