@@ -26,6 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
 BENCH = r"Quick\.track_time(?!_)"
+LOG: Path | None = None  # --log: every asv command's output, as it runs
 
 
 def planted_loop(pct: int) -> str:
@@ -70,7 +71,20 @@ def make_clone(workdir: Path, name: str, sizes: list[int]) -> tuple[Path, str, d
 
 
 def asv(repo: Path, env: dict, *args, check=True):
-    return sh([sys.executable, "-m", "asv", *args], repo, env, check)
+    cmd = [sys.executable, "-m", "asv", *args]
+    if LOG is None:
+        return sh(cmd, repo, env, check)
+    # Streamed into the log line by line, so a run cut short still shows how far it got.
+    t0, lines = time.perf_counter(), []
+    with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True) as proc, LOG.open("a") as log:
+        for line in proc.stdout:
+            lines.append(line)
+            log.write(f"[{repo.name} {args[0]} {time.perf_counter() - t0:6.1f} s] {line}")
+            log.flush()
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {proc.returncode}:\n{''.join(lines)[-3000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), "")
 
 
 def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, int]], sizes: list[int], factor: float,
@@ -109,7 +123,9 @@ def run_find(workdir: Path, machine: str, gpu: str | None) -> dict:
         edit_flash(repo, 10 if k == 5 else None, f"commit {k}")
         commits.append(git_commit(repo, f"commit {k}" + (" (planted 10%)" if k == 5 else "")))
     t0 = time.perf_counter()
-    proc = asv(repo, env, "find", "--machine", machine, f"{commits[0]}..{commits[-1]}",
+    # asv find ignores asv.conf.json's launch_method and would spawn a fresh interpreter (a
+    # torch import) for each of the benchmark's 48 parameter points at every bisection step.
+    proc = asv(repo, env, "find", "--launch-method", "forkserver", "--machine", machine, f"{commits[0]}..{commits[-1]}",
                "bench_verify_attn.Quick.track_time", check=False)
     found = re.findall(r"Greatest regression found: (\w+)", proc.stdout)
     return {"range": len(commits) - 1, "planted": commits[5][:8], "found": found[0][:8] if found else None,
@@ -126,7 +142,10 @@ def main(argv=None) -> int:
     parser.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
     parser.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--log", type=Path, help="append every asv command's output here as it runs")
     args = parser.parse_args(argv)
+    global LOG
+    LOG = args.log.resolve() if args.log else None
     gpus = args.gpus.split(",") if args.gpus else [None]
     jobs = [(pct, rep) for rep in range(args.repeats) for pct in args.sizes]
     shards = [jobs[i::len(gpus)] for i in range(len(gpus))]
