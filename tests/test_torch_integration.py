@@ -56,3 +56,29 @@ def test_cuda_graph_replay_matches_eager(impl):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(graphed[6], eager[6]) and torch.equal(graphed[7], eager[7])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_torch_composite_has_no_host_sync():
+    """With prefix lengths on the host (as the benchmarks pass them) the composite must not
+    wait for the GPU: a CUDA graph capture fails on any host sync or pageable copy."""
+    inputs = cases.make_inputs(cases.CASES["paged_ragged_2x64x9"], "cuda")
+    prefixes = inputs.prefix_lens.tolist()
+    eager = _args(inputs)
+    ops.torch_composite(*eager[:4], prefixes, *eager[5:])
+    graphed = _args(inputs)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        ops.torch_composite(*graphed[:4], prefixes, *graphed[5:])
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.torch_composite(*graphed[:4], prefixes, *graphed[5:])
+    graphed[6].fill_(float("nan"))
+    graphed[7].fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    # cuBLAS may pick another algorithm inside a graph: equal up to bf16 rounding
+    torch.testing.assert_close(graphed[6], eager[6], rtol=2**-7, atol=2**-7 * float(eager[6].abs().max()))
+    torch.testing.assert_close(graphed[7], eager[7], rtol=1e-4, atol=1e-4)

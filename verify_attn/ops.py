@@ -107,7 +107,10 @@ def tree_mask(parent: torch.Tensor) -> torch.Tensor:
     q_len = parent.shape[0]
     eye = torch.eye(q_len, device=parent.device)
     step = torch.zeros_like(eye)
-    step[torch.arange(1, q_len, device=parent.device), parent[1:].long()] = 1.0
+    # scatter_ takes the 1.0 as a kernel argument. Indexed assignment (step[i, j] = 1.0) copies
+    # it to the GPU from pageable host memory, which waits for the GPU: a host sync per call
+    # that made the composite's timings host-bound and its CUDA graph capture fail.
+    step[1:].scatter_(1, parent[1:].long().unsqueeze(1), 1.0)
     reach = eye + step
     for _ in range(max(q_len - 1, 1).bit_length()):
         reach = (reach @ reach).clamp_(max=1.0)
