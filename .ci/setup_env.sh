@@ -14,12 +14,3 @@ PY=$(command -v "$PY")  # absolute: asv runs it from other directories
 # asv's reuse environments layer each commit's build over this interpreter's packages.
 export VERIFY_ATTN_BASE_PYTHON=${VERIFY_ATTN_BASE_PYTHON:-$PY}
 
-# Register this machine with asv under NAME, the name alone. asv copies every field of a
-# machine entry into each result's parameters and publish draws one series per parameter
-# set, so a field that differs between two lent hosts of the same GPU (RAM, CPU count, CPU
-# model) would cut the history in two. The name says which GPU; tests/test_results.py checks
-# that each machine's results share one parameter set.
-# `asv machine --yes` would keep fields an earlier call stored, so the entry is replaced.
-asv_machine() {
-  "$PY" -c "import sys; from asv.machine import MachineCollection as M; M.save(sys.argv[1], {'machine': sys.argv[1]})" "$1"
-}

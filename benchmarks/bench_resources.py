@@ -1,15 +1,14 @@
-"""Registers, shared memory, spills and occupancy of each kernel, from nvcc (no GPU needed)."""
+"""Registers, shared memory, spills and occupancy of each implementation's CUDA kernels,
+from nvcc's own report with the build's flags (no GPU needed)."""
 
-from verify_attn import resources
-
-KERNELS = ["naive_scores", "naive_softmax", "naive_output", "flash_split", "flash_merge"]
+from verify_attn import registry, resources
 
 
 class Resources:
-    params = [KERNELS, list(resources.ARCHS)]
-    param_names = ["kernel", "arch"]
+    params = [[n for n, i in registry.IMPLS.items() if i.cuda_sources], list(resources.ARCHS)]
+    param_names = ["impl", "arch"]
     timeout = 600
-    version = "1"
+    version = "2"  # per implementation (version 1 was per kernel function)
 
     def setup_cache(self):
         try:
@@ -17,30 +16,33 @@ class Resources:
         except (RuntimeError, OSError) as exc:  # no nvcc on this machine
             return {"error": str(exc)}
 
-    def setup(self, report, kernel, arch):
+    def setup(self, report, impl, arch):
         if "error" in report:
             raise NotImplementedError(report["error"])
-        self.k = report.get(arch, {}).get(kernel)
-        if self.k is None:
-            raise NotImplementedError(f"{kernel} does not exist at this commit")
+        self.kernels = resources.of_impl(report, impl, arch)
+        if not self.kernels:
+            raise NotImplementedError(f"{impl} has no kernels at this commit")
 
-    def track_registers(self, report, kernel, arch):
-        return self.k["registers"]
+    def track_registers(self, report, impl, arch):
+        """Most registers a thread of any of the implementation's kernels."""
+        return max(k["registers"] for k in self.kernels.values())
 
     track_registers.unit = "registers"
 
-    def track_smem_bytes(self, report, kernel, arch):
-        return self.k["smem"]
+    def track_smem_bytes(self, report, impl, arch):
+        """Most static shared memory a block of any of its kernels."""
+        return max(k["smem"] for k in self.kernels.values())
 
     track_smem_bytes.unit = "bytes"
 
-    def track_spill_bytes(self, report, kernel, arch):
-        return self.k["spill_stores"] + self.k["spill_loads"]
+    def track_spill_bytes(self, report, impl, arch):
+        """Spill stores + loads over all of its kernels: anything but 0 is a defect."""
+        return sum(k["spill_stores"] + k["spill_loads"] for k in self.kernels.values())
 
     track_spill_bytes.unit = "bytes"
 
-    def track_unused_warp_slots(self, report, kernel, arch):
-        """Share of the SM's thread slots the occupancy limit leaves empty (1 - occupancy)."""
-        return round(1.0 - self.k["occupancy"], 4)
+    def track_unused_warp_slots(self, report, impl, arch):
+        """Share of the SM's thread slots its least occupied kernel leaves empty (1 - occupancy)."""
+        return round(1.0 - min(k["occupancy"] for k in self.kernels.values()), 4)
 
     track_unused_warp_slots.unit = "fraction"

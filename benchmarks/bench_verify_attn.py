@@ -1,38 +1,30 @@
 """MLA verify attention across prefix lengths, query counts and implementations.
 
-One class per head count (each measures its grid once, in setup_cache); Quick is the
-pull-request subset (asv -b Quick), ColdL2 flushes the L2 cache before every call.
+A class per head count of verify_attn.grid.HEADS (HeadsN), all served by one measurement of
+the full grid; Quick is the pull-request subset (asv -b Quick), ColdL2 flushes the L2 cache
+before every call. What each measures on each device: verify_attn.grid.SELECTIONS.
 """
 
-from verify_attn import suite
+from verify_attn import grid, suite
 
 from .common import GridBenchmark
 
 
-class Heads8(GridBenchmark):
-    """8 heads: memory-bound even on tensor cores."""
+class _FullGrid(GridBenchmark):
+    """The full grid, every head count in one setup_cache (asv keys the cache by the defining
+    line, so the HeadsN classes below share this one measurement)."""
 
     def setup_cache(self):
-        return suite.measure_grid(8)
+        return suite.measure_grid(grid.HEADS)
 
 
-class Heads16(GridBenchmark):
-    """16 heads."""
-
-    def setup_cache(self):
-        return suite.measure_grid(16)
-
-
-class Heads64(GridBenchmark):
-    """64 heads (DeepSeek-V3 on one GPU): compute-bound at q_len 9 and up."""
-
-    def setup_cache(self):
-        return suite.measure_grid(64)
+for _heads in grid.HEADS:
+    globals()[f"Heads{_heads}"] = type(f"Heads{_heads}", (_FullGrid,), {
+        "__doc__": f"{_heads} heads.", "__module__": __name__, "heads": _heads})
 
 
 class Quick(GridBenchmark):
-    """Pull-request subset: heads 64, q_len 9, prefix 2048 to 65536, naive and flash
-    (on the CPU: heads 8, prefix 0 and 2048)."""
+    """Pull-request subset: the headline cases, the kernels under test."""
 
     def setup_cache(self):
         return suite.measure_grid(None, "quick")

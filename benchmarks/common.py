@@ -3,21 +3,27 @@
 The measuring happens once per class in ``setup_cache`` (verify_attn.suite.measure_grid),
 so all implementations of a case are timed side by side in one process; the ``track_``
 methods only return numbers from it. asv counts an increase as a regression for every
-benchmark, so each series is stored the way round where lower is better: time, time over
-naive's time (the inverse of the speedup), time over the roofline time (the inverse of the
-fraction of peak) and the error.
+benchmark, so each timing series is stored the way round where lower is better: time, time
+over the baseline's time (the inverse of the speedup), time over the roofline time (the
+inverse of the fraction of peak) and the error. The rest record what the reports read
+instead of recomputing: the cost model's FLOPs and bytes, the roofline time, the SM clock,
+the samples dropped for a low clock, and the launch plan (a plan change then shows next to
+the timing it explains). A series that does not apply to a point (no launch plan for a
+Python implementation, no SM clock on the CPU) returns NaN, which asv stores as n/a, as for a
+skipped benchmark: raising from a track_ method would mark it failed.
 """
 
 import abc
+import math
 
-from verify_attn import suite
+from verify_attn import grid, registry
 
 
 class GridBenchmark(abc.ABC):
     """Abstract, so asv does not collect it: each subclass defines its own setup_cache
     (asv keys the cache by the defining line, so an inherited one would be shared)."""
 
-    params = [list(suite.Q_LENS), list(suite.PREFIX_LENS), list(suite.IMPLS)]
+    params = [list(grid.Q_LENS), list(grid.PREFIX_LENS), list(registry.names())]
     param_names = ["q_len", "prefix_len", "impl"]
     timeout = 1200  # setup_cache measures the whole grid, builds included
     version = "1"   # fixed: asv would otherwise hash the source and orphan the history
@@ -26,10 +32,15 @@ class GridBenchmark(abc.ABC):
     def setup_cache(self):
         """Return suite.measure_grid(...) for this class's grid."""
 
+    heads = None  # a full-grid class's head count; None: the selection's only one
+
     def setup(self, grid, q_len, prefix_len, impl):
-        self.entry = grid["results"].get((grid["heads"], q_len, prefix_len, impl))
+        heads = self.heads if self.heads is not None else grid["heads"][0]
+        self.entry = grid["results"].get((heads, q_len, prefix_len, impl))
         if self.entry is None:
             raise NotImplementedError("not in this device's grid")
+        if self.entry["skipped"]:
+            raise NotImplementedError(self.entry["skipped"])
 
     def timed(self):
         e = self.entry
@@ -45,11 +56,11 @@ class GridBenchmark(abc.ABC):
     track_time.unit = "seconds"
 
     def track_time_vs_naive(self, grid, q_len, prefix_len, impl):
-        """Time over naive's median time in the same run: 1 / speedup."""
+        """Time over the baseline's (naive's) median time in the same run: 1 / speedup."""
         e = self.timed()
-        if e["naive_s"] is None:
-            raise NotImplementedError("naive not measured here")
-        return {"samples": [s / e["naive_s"] for s in e["samples"]], "number": e["number"]}
+        if e["baseline_s"] is None:  # the baseline was not measured here
+            return math.nan
+        return {"samples": [s / e["baseline_s"] for s in e["samples"]], "number": e["number"]}
 
     track_time_vs_naive.unit = "x naive time"
 
@@ -65,3 +76,57 @@ class GridBenchmark(abc.ABC):
         return self.entry["max_rel"]
 
     track_error.unit = "max_rel"
+
+    def track_flops(self, grid, q_len, prefix_len, impl):
+        """FLOPs of one call by the tree-aware cost model (what the mask lets through)."""
+        return self.entry["flops"]
+
+    track_flops.unit = "FLOP"
+
+    def track_bytes(self, grid, q_len, prefix_len, impl):
+        """Fewest bytes one call must move (cost model)."""
+        return self.entry["bytes"]
+
+    track_bytes.unit = "bytes"
+
+    def track_roofline_time(self, grid, q_len, prefix_len, impl):
+        """The least time the machine's peaks allow for the cost model's work."""
+        return self.entry["roofline_s"]
+
+    track_roofline_time.unit = "seconds"
+
+    def track_sm_clock(self, grid, q_len, prefix_len, impl):
+        """Median SM clock over the samples (NVML)."""
+        clock = self.timed()["sm_clock_mhz"]
+        return math.nan if clock is None else clock
+
+    track_sm_clock.unit = "MHz"
+
+    def track_dropped_samples(self, grid, q_len, prefix_len, impl):
+        """Samples dropped and retaken because the SM clock was low."""
+        return self.timed()["dropped"]
+
+    track_dropped_samples.unit = "samples"
+
+
+# The launch plan, one series per field: (field of ops.launch_plan, unit, what it counts).
+PLAN_SERIES = {
+    "blocks": ("blocks", "blocks", "Thread blocks of the main kernel."),
+    "splits": ("num_splits", "splits", "KV splits merged by log-sum-exp."),
+    "rows_per_block": ("rows_per_block", "rows", "Query rows (token x head pairs) a block computes."),
+    "keys_per_tile": ("keys_per_tile", "keys", "Cache rows a shared-memory tile."),
+    "smem_bytes": ("smem_bytes", "bytes", "Shared memory a block, static + dynamic."),
+}
+
+
+def _plan_series(field: str, unit: str, doc: str):
+    def track(self, grid, q_len, prefix_len, impl):
+        plan = self.entry["plan"]  # None: not a CUDA kernel
+        return math.nan if plan is None else plan[field]
+
+    track.__doc__, track.unit = doc, unit
+    return track
+
+
+for _name, _spec in PLAN_SERIES.items():
+    setattr(GridBenchmark, f"track_plan_{_name}", _plan_series(*_spec))

@@ -1,4 +1,5 @@
-// Op schemas and the CPU backend. Each implementation is its own op with one schema:
+// Input checks and the check op. Each implementation is its own op with one schema
+// (kOpArgs in binding.h), generated from the registry:
 //   verify_attn::<impl>(q, kv, kv_indices, parent, prefix_lens, scale, out!, lse!)
 // writing out [batch, q_len, heads, 512] bf16 and lse [batch, heads, q_len] fp32.
 #include <torch/library.h>
@@ -101,32 +102,17 @@ void check_only(const at::Tensor& q, const at::Tensor& kv, const c10::optional<a
   check_inputs(q, kv, kv_indices, parent, prefix_lens, scale, out, lse);
 }
 
-template <void (*Kernel)(const Params&)>
-void run_cpu(const at::Tensor& q, const at::Tensor& kv, const c10::optional<at::Tensor>& kv_indices,
-             const at::Tensor& parent, const at::Tensor& prefix_lens, double scale, at::Tensor& out, at::Tensor& lse) {
-  Kernel(check_inputs(q, kv, kv_indices, parent, prefix_lens, scale, out, lse));
-}
-
 }  // namespace
 
+// The checks alone, so that every implementation (the Python ones too) shares them. The
+// implementations' own ops are defined by the generated impls.cpp.
 TORCH_LIBRARY(verify_attn, m) {
-  const char* args =
-      "(Tensor q, Tensor kv, Tensor? kv_indices, Tensor parent, Tensor prefix_lens, float scale, "
-      "Tensor(a!) out, Tensor(b!) lse) -> ()";
-  m.def((std::string("naive") + args).c_str());
-  m.def((std::string("flash") + args).c_str());
-  // The checks alone, so that every implementation (the torch composite too) shares them.
   m.def(
       "check(Tensor q, Tensor kv, Tensor? kv_indices, Tensor parent, Tensor prefix_lens, float scale, "
       "Tensor out, Tensor lse) -> ()");
 }
 
-TORCH_LIBRARY_IMPL(verify_attn, CPU, m) {
-  m.impl("naive", &run_cpu<naive_cpu>);
-  m.impl("flash", &run_cpu<flash_cpu>);
-  m.impl("check", &check_only);
-}
-
+TORCH_LIBRARY_IMPL(verify_attn, CPU, m) { m.impl("check", &check_only); }
 TORCH_LIBRARY_IMPL(verify_attn, CUDA, m) { m.impl("check", &check_only); }
 
 }  // namespace verify_attn

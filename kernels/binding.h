@@ -46,4 +46,22 @@ Params check_inputs(const at::Tensor& q, const at::Tensor& kv, const c10::option
                     const at::Tensor& parent, const at::Tensor& prefix_lens, double scale,
                     const at::Tensor& out, const at::Tensor& lse);
 
+// Every implementation's op has this schema; the registry's ops are generated from it
+// (verify_attn/build.py writes impls.cpp and impls_cuda.cpp into the build).
+constexpr const char* kOpArgs =
+    "(Tensor q, Tensor kv, Tensor? kv_indices, Tensor parent, Tensor prefix_lens, float scale, "
+    "Tensor(a!) out, Tensor(b!) lse) -> ()";
+// NAME_plan: the launch plan a CUDA implementation would use for these inputs, as
+// [blocks, threads, smem_bytes, num_splits, split_len, rows_per_block, keys_per_tile, workspace_bytes].
+constexpr const char* kPlanArgs =
+    "(Tensor q, Tensor kv, Tensor? kv_indices, Tensor parent, Tensor prefix_lens, float scale, "
+    "Tensor out, Tensor lse) -> int[]";
+
+// A CPU twin as an op body.
+template <void (*Kernel)(const Params&)>
+void run_cpu(const at::Tensor& q, const at::Tensor& kv, const c10::optional<at::Tensor>& kv_indices,
+             const at::Tensor& parent, const at::Tensor& prefix_lens, double scale, at::Tensor& out, at::Tensor& lse) {
+  Kernel(check_inputs(q, kv, kv_indices, parent, prefix_lens, scale, out, lse));
+}
+
 }  // namespace verify_attn

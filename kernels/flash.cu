@@ -85,13 +85,14 @@ __device__ __forceinline__ float dot18(const float* k, const float4 (&q)[4], flo
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
-    flash_split(Params p, FlashPlan plan, float* ws_out, float* ws_lse) {
+    flash_split(Params p, Plan plan, float* ws_out, float* ws_lse) {
   __shared__ FlashSmem sm;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int h = blockIdx.x;
-  const int split = blockIdx.y / plan.q_tiles;
-  const int q0 = (blockIdx.y % plan.q_tiles) * plan.q_tile;
-  const int nq = min(plan.q_tile, p.q_len - q0);
+  const int q_tiles = (p.q_len + plan.rows_per_block - 1) / plan.rows_per_block;
+  const int split = blockIdx.y / q_tiles;
+  const int q0 = (blockIdx.y % q_tiles) * plan.rows_per_block;
+  const int nq = min(plan.rows_per_block, p.q_len - q0);
   const int b = blockIdx.z;
   const int prefix = prefix_len_of(p, b);
   const int key_begin = split * plan.split_len;
@@ -270,17 +271,20 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 }  // namespace
 
-FlashPlan plan_flash(const Params& p, int num_sms) {
-  FlashPlan plan;
-  plan.q_tiles = (p.q_len + kQTile - 1) / kQTile;
-  plan.q_tile = (p.q_len + plan.q_tiles - 1) / plan.q_tiles;
+Plan plan_flash(const Params& p, int num_sms) {
+  Plan plan;
+  const int q_tiles = (p.q_len + kQTile - 1) / kQTile;
+  plan.rows_per_block = (p.q_len + q_tiles - 1) / q_tiles;
+  plan.threads = kThreads;
+  plan.keys_per_tile = kTileKeys;
+  plan.smem_bytes = int(sizeof(FlashSmem));
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, flash_split, kThreads, 0) != cudaSuccess || per_sm < 1)
     per_sm = 1;
   // Pick the split count whose waves of resident blocks give the least time per key, with a
   // small charge per split for the partial outputs it writes and the merge reads.
   const int64_t resident = int64_t(num_sms) * per_sm;
-  const int64_t blocks = int64_t(p.batch) * p.heads * plan.q_tiles;
+  const int64_t blocks = int64_t(p.batch) * p.heads * q_tiles;
   const int max_splits = max(1, min(kMaxSplits, p.kv_cols / kMinSplitKeys));
   int best = 1;
   double best_cost = 1e30;
@@ -292,20 +296,17 @@ FlashPlan plan_flash(const Params& p, int num_sms) {
   const int len = (p.kv_cols + best - 1) / best;
   plan.split_len = (len + kTileKeys - 1) / kTileKeys * kTileKeys;
   plan.num_splits = (p.kv_cols + plan.split_len - 1) / plan.split_len;
+  plan.blocks = int(blocks * plan.num_splits);
+  if (plan.num_splits > 1)
+    plan.workspace_bytes = int64_t(plan.num_splits) * p.batch * p.q_len * p.heads * (kLatent + 1) * int64_t(sizeof(float));
   return plan;
 }
 
-int64_t flash_workspace_floats(const Params& p, const FlashPlan& plan) {
-  if (plan.num_splits == 1) return 0;
-  return int64_t(plan.num_splits) * p.batch * p.q_len * p.heads * (kLatent + 1);
-}
-
-int launch_flash(const Params& p, const FlashPlan& plan, float* workspace, cudaStream_t stream) {
-  float* ws_out = workspace;
-  float* ws_lse = workspace == nullptr
-                      ? nullptr
-                      : workspace + int64_t(plan.num_splits) * p.batch * p.q_len * p.heads * kLatent;
-  const dim3 grid(p.heads, plan.num_splits * plan.q_tiles, p.batch);
+int launch_flash(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  float* ws_out = static_cast<float*>(workspace);
+  float* ws_lse = ws_out == nullptr ? nullptr : ws_out + int64_t(plan.num_splits) * p.batch * p.q_len * p.heads * kLatent;
+  const int q_tiles = (p.q_len + plan.rows_per_block - 1) / plan.rows_per_block;
+  const dim3 grid(p.heads, plan.num_splits * q_tiles, p.batch);
   flash_split<<<grid, kThreads, 0, stream>>>(p, plan, ws_out, ws_lse);
   if (plan.num_splits > 1)
     flash_merge<<<int64_t(p.batch) * p.q_len * p.heads, kMergeThreads, 0, stream>>>(p, plan.num_splits, ws_out, ws_lse);

@@ -82,11 +82,18 @@ __global__ void __launch_bounds__(kLatent) naive_output(Params p, const float* p
 
 }  // namespace
 
-int64_t naive_workspace_floats(const Params& p) {
-  return int64_t(p.batch) * p.heads * p.q_len * p.kv_cols;
+Plan plan_naive(const Params& p, int /*num_sms*/) {
+  Plan plan;
+  plan.blocks = (p.kv_cols + kScoreThreads - 1) / kScoreThreads * p.q_len * p.batch * p.heads;
+  plan.threads = kScoreThreads;
+  plan.split_len = p.kv_cols;
+  plan.rows_per_block = 1;
+  plan.workspace_bytes = int64_t(p.batch) * p.heads * p.q_len * p.kv_cols * int64_t(sizeof(float));
+  return plan;
 }
 
-int launch_naive(const Params& p, float* workspace, cudaStream_t stream) {
+int launch_naive(const Params& p, const Plan& /*plan*/, void* workspace_bytes, cudaStream_t stream) {
+  float* workspace = static_cast<float*>(workspace_bytes);
   dim3 score_grid((p.kv_cols + kScoreThreads - 1) / kScoreThreads, p.q_len, p.batch * p.heads);
   naive_scores<<<score_grid, kScoreThreads, 0, stream>>>(p, workspace);
   naive_softmax<<<p.batch * p.heads * p.q_len, kSoftmaxThreads, 0, stream>>>(p, workspace);

@@ -85,23 +85,26 @@ VA_HD bool tree_visible(const int32_t* parent, int i, int j) {
   return k == j;
 }
 
-// ---- CPU kernels (cpu.cpp) ----
-void naive_cpu(const Params& p);
-void flash_cpu(const Params& p);
-
-// ---- CUDA kernels; each returns a cudaError_t as int ----
-int64_t naive_workspace_floats(const Params& p);
-int launch_naive(const Params& p, float* workspace, cudaStream_t stream);
-
-// How the flash kernel divides the work; chosen on the host from the shapes alone.
-struct FlashPlan {
-  int q_tiles;     // query tiles per (batch, head)
-  int q_tile;      // queries in each tile (the last one may hold fewer)
-  int num_splits;  // KV splits, merged by log-sum-exp
-  int split_len;   // keys per split, a multiple of the key tile
+// How a CUDA kernel divides the work, chosen on the host from the shapes and the SM count
+// alone (no values are read, so planning never syncs). Recorded with every timing, so that a
+// plan change shows in the history next to the time it explains.
+struct Plan {
+  int blocks = 0;              // thread blocks of the main kernel
+  int threads = 0;             // threads a block
+  int smem_bytes = 0;          // shared memory a block, static + dynamic
+  int num_splits = 1;          // KV splits, merged by log-sum-exp when > 1
+  int split_len = 0;           // keys a split
+  int rows_per_block = 0;      // query rows (token x head pairs) a block computes
+  int keys_per_tile = 0;       // cache rows a shared-memory tile
+  int64_t workspace_bytes = 0; // scratch the launch needs (partial outputs, scores)
 };
-FlashPlan plan_flash(const Params& p, int num_sms);
-int64_t flash_workspace_floats(const Params& p, const FlashPlan& plan);
-int launch_flash(const Params& p, const FlashPlan& plan, float* workspace, cudaStream_t stream);
+
+// The launcher contract. For every implementation NAME of the registry
+// (verify_attn/registry.py) that has CUDA sources, those sources define
+//   Plan plan_NAME(const Params& p, int num_sms);
+//   int launch_NAME(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+// launch returns a cudaError_t as int; workspace holds plan.workspace_bytes (16-byte aligned).
+// A CPU twin, where there is one, is  void NAME_cpu(const Params& p);
+// The binding that registers them as torch ops is generated from the registry (build.py).
 
 }  // namespace verify_attn

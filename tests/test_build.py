@@ -36,7 +36,7 @@ def test_build_cache_by_content(tmp_path):
     checkout1 = tmp_path / "a" / "kernels"
     shutil.copytree(ROOT / "kernels", checkout1)
     lib1, _ = _load_in_fresh_process(checkout1, cache)
-    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o"]
+    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o", "impls.o"]
 
     lib_again, seconds = _load_in_fresh_process(checkout1, cache)
     assert lib_again == lib1 and seconds < 1.0  # nothing changed: load only
@@ -49,11 +49,11 @@ def test_build_cache_by_content(tmp_path):
         os.utime(f)
     lib2, _ = _load_in_fresh_process(checkout2, cache)
     assert lib2 != lib1
-    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o", "cpu.o"]  # cpu.cpp alone again
+    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o", "cpu.o", "impls.o"]  # cpu.cpp alone again
 
     lib1_again, seconds = _load_in_fresh_process(checkout1, cache)  # back to the first sources
     assert lib1_again == lib1 and seconds < 1.0
-    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o", "cpu.o"]
+    assert sorted(_compiled(cache)) == ["binding.o", "cpu.o", "cpu.o", "impls.o"]
 
 
 def test_library_key_covers_headers(tmp_path, monkeypatch):

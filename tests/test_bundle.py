@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from verify_attn import cases
-from verify_attn.check import main as check_main
+from verify_attn_tools.check import main as check_main
 
 
 def test_bundle_round_trip(tmp_path):

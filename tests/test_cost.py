@@ -22,7 +22,7 @@ def test_roofline_takes_the_larger_floor():
     assert c.intensity == pytest.approx(c.flops / c.bytes)
     compute, memory = c.flops / 784e12, c.bytes / 4.17e12
     assert c.roofline_s(784e12, 4.17e12) == max(compute, memory)
-    # REFERENCE.md: H64 q9 prefix 65,536 is about 105 us on the H200's tensor cores
+    # docs/h200.md: H64 q9 prefix 65,536 is about 105 us on the H200's tensor cores
     assert c.roofline_s(784e12, 4.17e12) == pytest.approx(105e-6, rel=0.05)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from verify_attn import detect
+from verify_attn_tools import detect
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,11 +1,11 @@
-"""verify_attn.history finds the commits that changed measured code but have no results."""
+"""The history verb finds the commits that changed measured code but have no results."""
 
 import json
 import subprocess
 
 import pytest
 
-from verify_attn import history
+from verify_attn_tools import history
 
 
 def commit(repo, files, message):

@@ -28,7 +28,8 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from verify_attn import machine, plots, publish
+from verify_attn import machine
+from verify_attn_tools import plots, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
@@ -52,7 +53,7 @@ def run(cmd, cwd, env=None):
 
 @pytest.fixture(scope="module")
 def published(tmp_path_factory):
-    """asv run over two commits of a copy of the repository, then python -m verify_attn.publish."""
+    """asv run over two commits of a copy of the repository, then python -m verify_attn publish."""
     tmp = tmp_path_factory.mktemp("publish")
     repo = tmp / "repo"
     # Tracked and not-yet-committed files alike: the test runs on the work tree as it is.
@@ -76,7 +77,7 @@ def published(tmp_path_factory):
     asv = [sys.executable, "-m", "asv"]
     run([*asv, "machine", "--yes", "--machine", "ci"], repo, env)
     run([*asv, "run", "--machine", "ci", "--record-samples", "-b", "Heads8", "ALL"], repo, env)
-    run([sys.executable, "-m", "verify_attn.publish"], repo, env)
+    run([sys.executable, "-m", "verify_attn", "publish"], repo, env)
     return repo
 
 
@@ -101,7 +102,8 @@ def test_publish_draws_plots_and_links_them(published):
 PARAMS = [["9", "33"], ["0", "2048", "16384", "65536"], ["'naive'", "'flash'", "'torch'"]]
 
 
-def write_results(results_dir: Path, name: str, commit: str, date: int, classes: dict, peaks=None):
+def write_results(results_dir: Path, name: str, commit: str, date: int, classes: dict, peaks=None,
+                  recorded_cost: float | None = None):
     """An asv results file through asv's own API, the kernels reaching a fixed share of the roofline."""
     from asv import results as asv_results, runner
 
@@ -110,16 +112,20 @@ def write_results(results_dir: Path, name: str, commit: str, date: int, classes:
     (results_dir / name / "machine.json").write_text(json.dumps({"machine": name, "version": 1}))
     res = asv_results.Results({"machine": name}, {}, commit, date, "3.11", "reuse-py3.11", {})
     for cls, (heads, keep) in classes.items():
-        series = {"track_time": [], "track_time_vs_naive": [], "track_time_vs_roofline": []}
+        series = {"track_time": [], "track_time_vs_naive": [], "track_time_vs_roofline": [], "track_flops": [],
+                  "track_bytes": []}
         for combo in itertools.product(*PARAMS):
             q, p, impl = (ast.literal_eval(v) for v in combo)
             ok = keep(q, p, impl)
-            flops, bytes_ = plots.point_cost(heads, q, p) if ok else (0, 0)
+            flops, bytes_ = plots.modelled_cost(heads, q, p) if ok else (0, 0)
             roof = max(flops / 784e12, bytes_ / 4.17e12)
-            for key, value in (("track_time", roof / share[impl]),
+            for key, value in (("track_flops", flops * (recorded_cost or 1)), ("track_bytes", bytes_ * (recorded_cost or 1)),
+                               ("track_time", roof / share[impl]),
                                ("track_time_vs_naive", share["naive"] / share[impl]),
                                ("track_time_vs_roofline", 1 / share[impl])):
                 series[key].append(value if ok else None)
+        if recorded_cost is None:  # results from before FLOPs and bytes were recorded
+            del series["track_flops"], series["track_bytes"]
         for key, vals in series.items():
             res.add_result({"name": f"bench_verify_attn.{cls}.{key}", "params": PARAMS, "version": "1"},
                            runner.BenchmarkResult(vals, [None] * len(vals), [None] * len(vals), 0, "", None))
@@ -135,13 +141,18 @@ def test_plots_from_gpu_results(tmp_path, caplog):
     quick = lambda q, p, impl: q == 9 and p >= 2048 and impl != "torch"  # noqa: E731
     peaks = {"track_peak_tflops": 784.0, "track_peak_gbps": 4170.0}
     write_results(results, "nvidia-h200", "a" * 40, 1000, {"Heads8": (8, every), "Heads64": (64, every)}, peaks)
+    write_results(results, "nvidia-h200", "e" * 40, 1500, {"Heads8": (8, every)}, recorded_cost=2.0)
     write_results(results, "nvidia-h200", "b" * 40, 2000, {"Quick": (64, quick)})  # a pull request: Quick only
     write_results(results, "nvidia-h200", "c" * 40, 3000, {})  # a commit whose build failed: nothing
     # An unknown machine without Machine tracks: no ceilings, still drawn.
     write_results(results, "other-gpu", "d" * 40, 1000, {"Heads8": (8, every)})
 
     runs = plots.load_runs(results, "nvidia-h200")
-    assert [r.commit[0] for r in runs] == ["a", "b", "c"]
+    assert [r.commit[0] for r in runs] == ["a", "e", "b", "c"]
+    # FLOPs and bytes as recorded with a run, else (older results) by today's cost model.
+    assert plots.point_cost(runs[1], "Heads8", 8, (9, 2048, "flash")) == tuple(
+        2.0 * v for v in plots.modelled_cost(8, 9, 2048))
+    assert plots.point_cost(runs[0], "Heads8", 8, (9, 2048, "flash")) == plots.modelled_cost(8, 9, 2048)
     assert runs[0].grid("Heads64", "track_time_vs_naive")[(9, 65536, "flash")] == pytest.approx(0.05)
     assert plots.ceilings(runs, "nvidia-h200").source.startswith("recorded")
     assert plots.ceilings([], "nvidia-h200").tflops == machine.KNOWN["NVIDIA H200"].flops / 1e12  # by name

@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from verify_attn import resources
+from verify_attn import registry, resources
 
 
 def test_occupancy_limits():
@@ -18,7 +18,11 @@ def test_report_covers_every_kernel(tmp_path, monkeypatch):
     monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
     report = resources.report()
     for arch in resources.ARCHS:
-        assert set(report[arch]) == {"naive_scores", "naive_softmax", "naive_output", "flash_split", "flash_merge"}
-        flash = report[arch]["flash_split"]
+        assert set(resources.of_impl(report, "naive", arch)) == {"naive_scores", "naive_softmax", "naive_output"}
+        for impl in (n for n, i in registry.IMPLS.items() if i.cuda_sources):
+            kernels = resources.of_impl(report, impl, arch)
+            assert kernels, f"{impl}: no kernels in the report"
+            assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels.values()), (impl, arch)
+        flash = resources.of_impl(report, "flash", arch)["flash_split"]
         assert flash["threads"] == 256 and 32 < flash["registers"] <= 255 and flash["smem"] > 0
         assert flash["spill_stores"] == 0 and 0 < flash["occupancy"] <= 1

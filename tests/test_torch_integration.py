@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from conftest import COMPILED, require
 from verify_attn import accuracy, cases, ops
 
 
@@ -11,8 +12,9 @@ def _args(inputs):
     return (inputs.q, inputs.kv, inputs.kv_indices, inputs.parent, inputs.prefix_lens, inputs.scale, out, lse)
 
 
-@pytest.mark.parametrize("impl", ops.KERNELS)
+@pytest.mark.parametrize("impl", COMPILED)
 def test_opcheck(impl, device):
+    require(impl, device)
     inputs = cases.make_inputs(cases.CASES["paged_2x16x17"], device)
     torch.library.opcheck(getattr(torch.ops.verify_attn, impl).default, _args(inputs),
                           test_utils=("test_schema", "test_faketensor"))
@@ -35,8 +37,9 @@ def test_torch_compile_matches_eager(device):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-@pytest.mark.parametrize("impl", ops.KERNELS)
+@pytest.mark.parametrize("impl", COMPILED)
 def test_cuda_graph_replay_matches_eager(impl):
+    require(impl, "cuda")
     inputs = cases.make_inputs(cases.CASES["paged_ragged_2x64x9"], "cuda")
     eager = _args(inputs)
     getattr(torch.ops.verify_attn, impl)(*eager)

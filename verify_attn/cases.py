@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from .ops import KEY_DIM
+from .shapes import KEY_DIM
 
-# DeepSeek-V3: 1/sqrt(192) times the YaRN mscale**2 (REFERENCE.md section 1).
+# DeepSeek-V3: 1/sqrt(192) times the YaRN mscale**2 (docs/op.md).
 DEEPSEEK_V3_SCALE = 0.1352
 BUNDLE_FORMAT = "verify_attn.bundle/1"
 TREES = ("chain", "random", "star")

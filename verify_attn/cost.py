@@ -1,4 +1,4 @@
-"""The cost model (REFERENCE.md section 3): what the mask lets through, and the roofline.
+"""The cost model (docs/cost-model.md): what the mask lets through, and the roofline.
 
 FLOPs = 2 * heads * sum_i (prefix_len + depth_i) * (576 + 512) per batch element, where
 depth_i counts the tree rows query i sees (itself and its ancestors). Fewest bytes: each
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .ops import KEY_DIM, LATENT
-from .reference import visible_tree_rows
+from .shapes import KEY_DIM, LATENT, ancestors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +32,7 @@ def cost(heads: int, parents: list[list[int]], prefix_lens: list[int]) -> Cost:
     flops = bytes_ = 0.0
     for parent, prefix in zip(parents, prefix_lens):
         q_len = len(parent)
-        seen = sum(prefix + len(visible_tree_rows(parent, i)) for i in range(q_len))
+        seen = sum(prefix + len(ancestors(parent, i)) for i in range(q_len))
         flops += 2.0 * heads * seen * (KEY_DIM + LATENT)
         bytes_ += (prefix + q_len) * KEY_DIM * 2 + heads * q_len * (KEY_DIM * 2 + LATENT * 2 + 4)
     return Cost(flops, bytes_)

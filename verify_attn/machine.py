@@ -1,14 +1,18 @@
 """The machine's ceilings, against which fractions of peak are computed.
 
-A known GPU uses the figures measured on it once (REFERENCE.md section 4), so that every
-commit's fraction of peak is computed against the same numbers; an unknown device, the CPU
-included, has its ceilings measured when the suite starts. Either way the figures used are
-recorded with the results (benchmarks: Machine.track_*).
+A known GPU uses the figures measured on it once (docs/h200.md), so that every commit's
+fraction of peak is computed against the same numbers. Any other device, the CPU included,
+has its ceilings measured the first time they are asked for and kept in the build cache
+(``peaks-<name>.json``): re-measured per run, a loaded machine's ceilings would move and
+read as changes of every kernel. Either way the figures used are recorded with the results
+(benchmarks: Machine.track_*).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
 
 import torch
@@ -36,8 +40,23 @@ def device_name(device: str) -> str:
 
 
 def peaks(device: str) -> Peaks:
+    """The ceilings of this device: the table's, else those measured once here and kept."""
     name = device_name(device)
-    return KNOWN.get(name) or measure(device)
+    if name in KNOWN:
+        return KNOWN[name]
+    from .build import cache_dir
+
+    path = cache_dir() / f"peaks-{asv_machine_name(device)}.json"
+    try:
+        return Peaks(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass
+    found = measure(device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(found)))
+    os.replace(tmp, path)
+    return found
 
 
 def _rate(fn, work: float, device: str, reps: int = 5) -> float:
@@ -85,9 +104,3 @@ def asv_machine_name(device: str) -> str:
 
     return f"cpu-{platform.machine()}"
 
-
-if __name__ == "__main__":
-    import sys
-
-    dev = sys.argv[1] if len(sys.argv) > 1 else ("cuda" if torch.cuda.is_available() else "cpu")
-    print(asv_machine_name(dev))

@@ -9,28 +9,42 @@ from __future__ import annotations
 
 import torch
 
-from . import build
+from . import build, registry
+from .shapes import LATENT
 
-LATENT = 512
-ROPE = 64
-KEY_DIM = LATENT + ROPE
-
-KERNELS = ("naive", "flash")  # compiled ops, CPU and CUDA
-IMPLS = KERNELS + ("torch",)  # "torch": the plain composite a user would write instead
-
-_registered = False
+_faked: set[str] = set()
 
 
 def load() -> None:
-    """Load the extension (building it if needed) and register its fake kernels."""
-    global _registered
+    """Load the extension (building it if needed) and register its ops' fake kernels."""
     build.load()
-    if _registered:
-        return
-    for name in KERNELS + ("check",):
-        # The ops only mutate out and lse, so their fake needs do nothing.
-        torch.library.register_fake(f"verify_attn::{name}")(lambda *args, **kwargs: None)
-    _registered = True
+    for name in ["check", *(n for n, i in registry.IMPLS.items() if i.compiled)]:
+        if name not in _faked and hasattr(torch.ops.verify_attn, name):
+            # The ops only mutate out and lse, so their fake needs do nothing.
+            torch.library.register_fake(f"verify_attn::{name}")(lambda *args, **kwargs: None)
+            _faked.add(name)
+
+
+def unsupported(impl: str, device: str) -> str | None:
+    """Why impl cannot run on this device here (no such backend, GPU too old, not built), or None."""
+    entry = registry.get(impl)
+    capability = torch.cuda.get_device_capability() if device == "cuda" and torch.cuda.is_available() else None
+    reason = entry.unsupported(device, capability)
+    if reason is None and entry.compiled:
+        load()
+        if not hasattr(torch.ops.verify_attn, impl):
+            reason = f"{impl} is not in the loaded extension (registered after it was built)"
+    return reason
+
+
+def launch_plan(impl: str, args) -> dict | None:
+    """The launch plan a CUDA implementation uses for these op arguments, or None (CPU, Python)."""
+    op = getattr(torch.ops.verify_attn, f"{impl}_plan", None)
+    if op is None or not args[0].is_cuda:
+        return None
+    keys = ("blocks", "threads", "smem_bytes", "num_splits", "split_len", "rows_per_block", "keys_per_tile",
+            "workspace_bytes")
+    return dict(zip(keys, op(*args)))
 
 
 def check_values(kv: torch.Tensor, kv_indices: torch.Tensor | None, parent: torch.Tensor,
@@ -76,7 +90,7 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
         last q_len of them being the tree's own rows
     scale : softmax scale
     kv_indices : [batch, kv_len] int32 rows of the pool, one token per page
-    impl : one of ``IMPLS``
+    impl : a name of ``verify_attn.registry.IMPLS``
     out, lse : optional outputs, [batch, q_len, heads, 512] bf16 and [batch, heads, q_len] fp32
     check : check the values of parent, prefix_lens and kv_indices (one host sync)
 
@@ -84,8 +98,7 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
     -------
     out, lse : the attention output and its log-sum-exp (natural log)
     """
-    if impl not in IMPLS:
-        raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+    entry = registry.get(impl)
     load()
     batch, q_len, heads = q.shape[:3] if q.dim() == 4 else (0, 0, 0)
     if out is None:
@@ -95,8 +108,8 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
     torch.ops.verify_attn.check(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
     if check and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
         check_values(kv, kv_indices, parent, prefix_lens)
-    if impl == "torch":
-        torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
+    if entry.runner:
+        entry.function()(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
     else:
         getattr(torch.ops.verify_attn, impl)(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
     return out, lse

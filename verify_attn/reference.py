@@ -4,16 +4,7 @@ from __future__ import annotations
 
 import torch
 
-LATENT = 512
-
-
-def visible_tree_rows(parent: list[int], i: int) -> list[int]:
-    """Tree rows query i sees: itself and its ancestors, by walking the parent array."""
-    rows = []
-    while i >= 0:
-        rows.append(i)
-        i = parent[i]
-    return rows
+from .shapes import LATENT, ancestors
 
 
 def mask(parent: list[int], prefix_len: int) -> torch.Tensor:
@@ -22,7 +13,7 @@ def mask(parent: list[int], prefix_len: int) -> torch.Tensor:
     m = torch.zeros((q_len, prefix_len + q_len), dtype=torch.bool)
     m[:, :prefix_len] = True
     for i in range(q_len):
-        for j in visible_tree_rows(parent, i):
+        for j in ancestors(parent, i):
             m[i, prefix_len + j] = True
     return m
 

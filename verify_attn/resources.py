@@ -1,9 +1,11 @@
 """Static resources of each kernel from the compiler's own report, no GPU needed.
 
-Each kernel file is compiled on its own with nvcc for each architecture; ptxas -v gives
-registers, static shared memory, stack and spills, and the PTX's ``.maxntid`` (from
-``__launch_bounds__``) gives the block size, from which the occupancy follows.
-Results are cached by content under the build cache.
+Each CUDA source of the build (verify_attn.build.spec, with the build's own nvcc flags) is
+compiled on its own for each architecture; ptxas -v gives registers, static shared memory,
+stack and spills, and the PTX's ``.maxntid`` (from ``__launch_bounds__``) gives the block
+size, from which the occupancy follows. Dynamic shared memory is not in the compiler's
+report: the launch plan records it (benchmarks' track_plan_smem_bytes). Results are cached
+by content under the build cache.
 """
 
 from __future__ import annotations
@@ -16,10 +18,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from .build import cache_dir, kernels_dir
+from . import build, registry
 
 ARCHS = ("sm_90", "sm_120")
-KERNEL_FILES = ("naive.cu", "flash.cu")
 
 # Per-SM limits (CUDA programming guide, compute capability table).
 LIMITS = {
@@ -63,8 +64,8 @@ def occupancy(arch: str, threads: int, regs: int, smem: int) -> int:
     return max(0, min(by_regs, by_threads, by_smem, lim["blocks"]))
 
 
-def _compile(path: Path, arch: str) -> dict:
-    flags = ["-std=c++17", "-O3", f"-arch={arch}", "-I", str(path.parent)]
+def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
+    flags = ["-std=c++17", *build_flags, f"-arch={arch}", "-I", str(path.parent)]
     ptx = subprocess.run([nvcc(), *flags, "-ptx", "-o", "-", str(path)], check=True, capture_output=True, text=True).stdout
     threads = {}
     for m in re.finditer(r"\.entry\s+(\S+?)\s*\(.*?\)\s*(\.maxntid\s+(\d+))?", ptx, re.S):
@@ -97,27 +98,28 @@ def _compile(path: Path, arch: str) -> dict:
 
 
 def report() -> dict:
-    """{arch: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads, blocks_per_sm, occupancy}}}"""
-    src = kernels_dir()
-    files = sorted(src.glob("*.cu")) + sorted(src.glob("*.h"))
-    key = hashlib.sha256(b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:20]
-    cached = cache_dir() / "resources" / f"{key}.json"
+    """{arch: {file: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads,
+    blocks_per_sm, occupancy}}}} for every CUDA source of the build."""
+    spec = build.spec(cuda=True)
+    src = build.kernels_dir()
+    files = [src / n for n in spec.kernel_sources] + sorted(src.glob("*.h"))
+    key = hashlib.sha256(json.dumps(spec.cuda_flags).encode() +
+                         b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:20]
+    cached = build.cache_dir() / "resources" / f"{key}.json"
     if cached.exists():
         return json.loads(cached.read_text())
-    result = {arch: {} for arch in ARCHS}
-    for arch in ARCHS:
-        for name in KERNEL_FILES:
-            result[arch].update(_compile(src / name, arch))
+    result = {arch: {name: _compile(src / name, arch, spec.cuda_flags) for name in spec.kernel_sources}
+              for arch in ARCHS}
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(".tmp")
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, cached)
     return result
 
 
-if __name__ == "__main__":
-    for arch, kernels in report().items():
-        for name, k in kernels.items():
-            print(f"{arch:7s} {name:14s} regs={k['registers']:3d} smem={k['smem']:6d} stack={k['stack']} "
-                  f"spills={k['spill_stores']}/{k['spill_loads']} threads={k['threads']} "
-                  f"blocks/SM={k['blocks_per_sm']} occupancy={k['occupancy']:.0%}")
+def of_impl(rep: dict, impl: str, arch: str) -> dict:
+    """{kernel: figures} of one implementation's CUDA sources on one architecture."""
+    out = {}
+    for name in registry.get(impl).cuda_sources:
+        out.update(rep.get(arch, {}).get(name, {}))
+    return out

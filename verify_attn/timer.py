@@ -1,4 +1,4 @@
-"""One GPU (and CPU) timer for the benchmarks and every script (REFERENCE.md section 6).
+"""One GPU (and CPU) timer for the benchmarks and every script (docs/timing.md).
 
 GPU samples are CUDA events around ``number`` back-to-back calls. Before each sample the
 GPU is held in a spin kernel long enough for the host to enqueue all the calls, so the

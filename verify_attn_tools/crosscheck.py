@@ -1,7 +1,5 @@
 """Cross-check the timer against the profiler's kernel time (CUPTI, through torch.profiler).
 
-    python -m verify_attn.crosscheck
-
 For a few cases and implementations: the timer's median per call, and the sum of the GPU
 kernel durations per call that the profiler records over the same back-to-back calls.
 The two should agree within 5% for kernels of 20 us or more: what is left between them is
@@ -16,12 +14,11 @@ import statistics
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from . import cases, ops
-from .measure import input_sets, prepare
-from .timer import Timer
+from verify_attn import cases, grid, ops, registry
+from verify_attn.measure import input_sets, prepare
+from verify_attn.timer import Timer
 
-CASES = [("flash", 64, 9, 2048), ("flash", 64, 9, 16384), ("flash", 64, 9, 65536), ("flash", 8, 9, 65536),
-         ("naive", 64, 9, 2048), ("naive", 16, 9, 16384), ("torch", 64, 9, 16384)]
+from .cli import need_gpu, parser
 
 
 def profiled_kernel_s(calls, reps: int = 20) -> float:
@@ -37,23 +34,23 @@ def profiled_kernel_s(calls, reps: int = 20) -> float:
     return statistics.median(totals)
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    parser("crosscheck", __doc__).parse_args(argv)
+    need_gpu()
     ops.load()
+    kernels = [n for n, i in registry.IMPLS.items() if i.cuda_sources]
     timer = Timer("cuda", samples=15)
     print(f"{'impl':6s} {'case':16s} {'timer us':>9s} {'profiler us':>11s} {'diff':>7s}")
     worst = 0.0
-    for impl, heads, q_len, prefix in CASES:
+    for impl, heads, q_len, prefix in grid.CROSSCHECK:
         case = cases.grid_case(heads, q_len, prefix)
         calls = [prepare(impl, s) for s in input_sets(case, "cuda", 0)]
         timed = timer.time(calls).median
         prof = profiled_kernel_s(calls)
         diff = (timed - prof) / prof
-        if prof >= 20e-6 and impl in ops.KERNELS:
+        if prof >= 20e-6 and impl in kernels:
             worst = max(worst, abs(diff))
         print(f"{impl:6s} {case.name:16s} {timed * 1e6:9.1f} {prof * 1e6:11.1f} {100 * diff:6.1f}%", flush=True)
-    print(f"largest difference for {', '.join(ops.KERNELS)} at 20 us or more: {100 * worst:.1f}%")
+    print(f"largest difference for {', '.join(kernels)} at 20 us or more: {100 * worst:.1f}%")
     return 0 if worst <= 0.05 else 1
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,26 +1,32 @@
-"""Holes in the history: commits that changed what is measured but have no results.
-
-    python -m verify_attn.history [--machine nvidia-h200] [--branch main] [--missing] [--check]
+"""Which commits changed measured code, and which of those lack results (holes).
 
 A commit needs results on a machine when it changed a measured path (the kernels, the
-package, the suite, the build and asv settings) against its first parent; a commit that only
-touched docs, scripts, tests or results/ measures the same code as its parent. The table
+measured package verify_attn, the suite, the asv plugin and settings, the packaging)
+against its first parent; a commit that only touched tooling, docs, scripts, tests or
+results/ measures the same code as its parent and is listed as "same". The table
 lists every first-parent commit since the kernels exist. --missing prints just the hashes
-that lack results (`bash .ci/backfill 0,1` with no commits runs those); --check exits 1 when
+that lack results (`python -m verify_attn backfill 0,1` with no commits runs those); --check exits 1 when
 there are any. The table's second column says whether the commit changed measured code.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import ROOT
+from .cli import parser
+
+# git pathspecs. The command line's trampoline is tooling, and so were the modules that lived
+# in verify_attn/ before the tooling got a package of its own: the old history is judged by
+# the same line as the new.
 MEASURED = ("kernels", "verify_attn", "benchmarks", "asv_plugins", "asv.conf.json", "pyproject.toml",
-            "requirements.txt")
+            "requirements.txt", ":(exclude)verify_attn/__main__.py",
+            *(f":(exclude)verify_attn/{m}.py" for m in ("history", "plots", "publish", "detect", "crosscheck")))
+
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"  # what a root commit is compared against
 
 
 @dataclass
@@ -64,30 +70,26 @@ def commits(root: Path = ROOT, machine: str = "nvidia-h200", branch: str = "HEAD
     history = []
     for sha, parents, subject in log[start:]:
         parent = parents.split()[0] if parents else None
-        changed = (git(root, "diff", "--name-only", parent, sha, "--", *MEASURED) if parent
-                   else git(root, "ls-tree", "-r", "--name-only", sha, "--", *MEASURED))
+        changed = git(root, "diff", "--name-only", parent or EMPTY_TREE, sha, "--", *MEASURED)
         history.append(Commit(sha, subject, bool(changed.strip()), sha in done))
     return history
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verify_attn.history", description=__doc__.splitlines()[0])
-    parser.add_argument("--machine", default="nvidia-h200", help="the asv machine name under results/")
-    parser.add_argument("--branch", default="HEAD")
-    parser.add_argument("--missing", action="store_true", help="print only the hashes that need results")
-    parser.add_argument("--check", action="store_true", help="exit 1 if any commit needs results")
-    args = parser.parse_args(argv)
+    p = parser("history", __doc__)
+    p.add_argument("--machine", default="nvidia-h200", help="the asv machine name under results/")
+    p.add_argument("--branch", default="HEAD")
+    p.add_argument("--missing", action="store_true", help="print only the hashes that need results")
+    p.add_argument("--check", action="store_true", help="exit 1 if any commit needs results")
+    args = p.parse_args(argv)
     history = commits(ROOT, args.machine, args.branch)
     holes = [c for c in history if c.missing]
     if args.missing:
         print("\n".join(c.sha for c in holes))
     else:
         for c in history:
-            state = "results" if c.has_results else ("MISSING" if c.measured else "-")
-            print(f"{c.sha[:8]}  {'measured' if c.measured else 'same':8s}  {state:8s} {c.subject[:64]}")
+            state = "results" if c.has_results else ("MISSING" if c.measured else "not needed")
+            print(f"{c.sha[:8]}  {'measured' if c.measured else 'same':8s}  {state:10s} {c.subject[:64]}")
         print(f"{len(holes)} of {sum(c.measured for c in history)} measured commits lack {args.machine} results")
     return 1 if args.check and holes else 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

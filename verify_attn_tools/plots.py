@@ -1,10 +1,12 @@
 """Plots of the recorded history, drawn from results/ alone (no GPU, no re-run).
 
-    python -m verify_attn.plots [RESULTS_DIR [OUT_DIR [MACHINE]]]
-
-Results are read with asv's own loader. Every series is stored lower-is-better (see
-benchmarks/common.py), so speedup = 1 / track_time_vs_naive and fraction of peak =
-1 / track_time_vs_roofline. A plot that has no data is skipped with a logged reason: a
+Drawn by ``python -m verify_attn publish``. Results are read with asv's own loader. Every
+timing series is stored lower-is-better (see benchmarks/common.py), so speedup =
+1 / track_time_vs_naive and fraction of peak = 1 / track_time_vs_roofline. FLOPs and bytes
+are those recorded with each commit's results (track_flops, track_bytes); results from
+before they were recorded fall back to today's cost model on the suite's seed-0 inputs. The
+implementations, their colours and the headline cases come from verify_attn.registry and
+verify_attn.grid. A plot that has no data is skipped with a logged reason: a
 commit lacking a benchmark (a pull request that ran only Quick, a failed build) is normal.
 """
 
@@ -17,7 +19,6 @@ import html
 import itertools
 import logging
 import math
-import sys
 from pathlib import Path
 
 import matplotlib
@@ -28,19 +29,36 @@ import numpy as np  # noqa: E402
 from asv import results as asv_results  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import LogFormatter, PercentFormatter  # noqa: E402
+from verify_attn import grid, registry  # noqa: E402
 
 log = logging.getLogger("verify_attn.plots")
 
 BENCH = "bench_verify_attn"
 # The full grids, whose head count is in the name. Quick is a subset whose heads depend on
 # the device, ColdL2 another cache state: neither is mixed into the per-heads plots.
-HEADS = {"Heads8": 8, "Heads16": 16, "Heads64": 64}
-IMPL_COLOR = {"naive": "tab:gray", "flash": "tab:blue", "torch": "tab:orange"}
-IMPL_STYLE = {"naive": ":", "flash": "-", "torch": "--"}
-HEADS_MARKER = {8: "o", 16: "s", 64: "^"}
-# The headline cases of the history: flash at heads 64, q_len 9. Pull requests run only
-# Quick, which measures these very points (heads 64 on a GPU), so it fills in for Heads64.
-HEADLINE = {"sources": ("Heads64", "Quick"), "q_len": 9, "prefixes": (2048, 16384, 65536), "impl": "flash"}
+HEADS = {f"Heads{h}": h for h in grid.HEADS}
+HEADS_MARKERS = "os^Dvp"
+# Pull requests run only Quick, which measures the headline points on a GPU, so it fills in
+# for the full grid's class at the headline's head count.
+HEADLINE_SOURCES = (f"Heads{grid.HEADLINE['heads']}", "Quick")
+
+
+def style(impl: str) -> str:
+    """Line style: dotted for the baseline, solid for the kernels under test, dashed for peers."""
+    entry = registry.IMPLS.get(impl)
+    if entry is None or not entry.under_test:
+        return "--"
+    return ":" if entry.baseline else "-"
+
+
+def marker(heads: int) -> str:
+    return HEADS_MARKERS[sorted(HEADS.values()).index(heads) % len(HEADS_MARKERS)] if heads in HEADS.values() else "x"
+
+
+def ordered(impls) -> list[str]:
+    """Implementations in registry order, unknown ones (from old results) last."""
+    known = list(registry.IMPLS)
+    return sorted(set(impls), key=lambda i: (known.index(i) if i in known else len(known), i))
 
 
 class Skip(Exception):
@@ -99,7 +117,7 @@ def ceilings(runs: list[Run], machine: str) -> Ceilings | None:
         gbps = run.scalar("bench_machine.Machine.track_peak_gbps")
         if tflops and gbps:
             return Ceilings(tflops, gbps, f"recorded at {run.commit[:8]}")
-    from .machine import KNOWN
+    from verify_attn.machine import KNOWN
 
     for name, p in KNOWN.items():  # asv machine names are the GPU's, lowercased, dashed
         if machine in (name, name.lower().replace(" ", "-")):
@@ -108,13 +126,22 @@ def ceilings(runs: list[Run], machine: str) -> Ceilings | None:
 
 
 @functools.lru_cache(maxsize=None)
-def point_cost(heads: int, q_len: int, prefix_len: int) -> tuple[float, float]:
-    """(flops, bytes) of a grid point, for the tree the suite measures (seed 0)."""
-    from .cases import grid_case, make_inputs
-    from .cost import cost_of
+def modelled_cost(heads: int, q_len: int, prefix_len: int) -> tuple[float, float]:
+    """(flops, bytes) of a grid point by today's cost model on the suite's seed-0 inputs: only
+    for results recorded before the suite kept FLOPs and bytes with them."""
+    from verify_attn.cases import grid_case, make_inputs
+    from verify_attn.cost import cost_of
 
     c = cost_of(make_inputs(grid_case(heads, q_len, prefix_len), "cpu", 0))
     return c.flops, c.bytes
+
+
+def point_cost(run: "Run", cls: str, heads: int, key: tuple) -> tuple[float, float]:
+    """(flops, bytes) of a measured point: as recorded with the run, else modelled."""
+    flops, bytes_ = run.grid(cls, "track_flops").get(key), run.grid(cls, "track_bytes").get(key)
+    if flops and bytes_:
+        return flops, bytes_
+    return modelled_cost(heads, key[0], key[1])
 
 
 def latest(runs: list[Run], cls: str, metric: str):
@@ -134,13 +161,13 @@ def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: s
         if not found:
             continue
         run, times = found
-        for impl in IMPL_COLOR:
-            pts = [(point_cost(heads, q, p), t) for (q, p, i), t in sorted(times.items()) if i == impl and t > 0]
+        for impl in ordered(i for _, _, i in times):
+            pts = [(point_cost(run, cls, heads, key), t) for key, t in sorted(times.items()) if key[2] == impl and t > 0]
             if not pts:
                 continue
             x = [f / b for (f, b), _ in pts]
             xs += x
-            ax.scatter(x, [f / t / 1e12 for (f, _), t in pts], color=IMPL_COLOR[impl], marker=HEADS_MARKER[heads],
+            ax.scatter(x, [f / t / 1e12 for (f, _), t in pts], color=registry.color(impl), marker=marker(heads),
                        label=f"{impl}, {heads} heads @{run.commit[:8]}", alpha=0.85)
     if not xs:
         plt.close(fig)
@@ -165,25 +192,26 @@ def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: s
     plt.close(fig)
 
 
-def _per_heads(runs: list[Run], metric: str, impls: tuple[str, ...], ylabel: str, title: str, path: Path,
-               scale: float = 1.0, ref: float | None = None) -> None:
+def _per_heads(runs: list[Run], metric: str, impls, ylabel: str, title: str, path: Path,
+               scale: float = 1.0, ref: float | None = None) -> list[str]:
     """1 / metric against prefix length, a panel per head count (its newest commit), a line
-    per (q_len, impl)."""
+    per (q_len, impl). Returns the implementations drawn."""
     panels = [(heads, found) for cls, heads in HEADS.items() if (found := latest(runs, cls, metric))]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(0.5 + 4.5 * max(1, len(panels)), 4.2),
                              squeeze=False, sharey=True)
-    q_lens = sorted({q for _, (_, grid) in panels for q, _, _ in grid})  # one colour per q_len throughout
+    q_lens = sorted({q for _, (_, g) in panels for q, _, _ in g})  # one colour per q_len throughout
+    impls = ordered(i for _, (_, g) in panels for _, _, i in g if impls(i))
     drawn = 0
-    for ax, (heads, (run, grid)) in zip(axes[0], panels):
+    for ax, (heads, (run, g)) in zip(axes[0], panels):
         # Prefix lengths as categories: they include 0, which a log axis cannot show.
-        prefixes = sorted({p for _, p, _ in grid})
+        prefixes = sorted({p for _, p, _ in g})
         for n, q in enumerate(q_lens):
             for impl in impls:
-                pts = sorted((p, scale / v) for (qq, p, i), v in grid.items() if qq == q and i == impl and v > 0)
+                pts = sorted((p, scale / v) for (qq, p, i), v in g.items() if qq == q and i == impl and v > 0)
                 if pts:
                     drawn += 1
                     ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], color=f"C{n}",
-                            ls=IMPL_STYLE[impl], marker="o", ms=4)
+                            ls=style(impl), marker="o", ms=4)
         ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
         ax.set(xlabel="prefix length", yscale="log", title=f"{heads} heads @{run.commit[:8]}")
         if ref is not None:
@@ -193,37 +221,40 @@ def _per_heads(runs: list[Run], metric: str, impls: tuple[str, ...], ylabel: str
         ax.grid(True, which="both", alpha=0.3)
     if not drawn:
         plt.close(fig)
-        raise Skip(f"no {metric} results for {'/'.join(impls)} in Heads8/16/64")
+        raise Skip(f"no {metric} results in Heads{'/'.join(str(h) for h in HEADS.values())}")
     axes[0][0].set_ylabel(ylabel)
     # Colour = q_len, line style = implementation: a short legend instead of one entry per line.
     handles = [Line2D([], [], color=f"C{n}", marker="o", ms=4, label=f"q_len {q}") for n, q in enumerate(q_lens)]
-    handles += [Line2D([], [], color="k", ls=IMPL_STYLE[i], label=i) for i in impls]
+    handles += [Line2D([], [], color="k", ls=style(i), label=i) for i in impls]
     axes[0][-1].legend(handles=handles, fontsize=7, loc="best")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    return impls
 
 
-def plot_speedup(runs: list[Run], path: Path, machine: str = "") -> None:
+def plot_speedup(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     """Speedup over naive (1 / track_time_vs_naive) against prefix length."""
-    _per_heads(runs, "track_time_vs_naive", ("flash", "torch"), "speedup over naive (x)",
+    base = registry.baseline()
+    return _per_heads(runs, "track_time_vs_naive", lambda i: i != base, f"speedup over {base} (x)",
                f"Speedup over naive, {machine} (line at 1 = naive)", path, ref=1.0)
 
 
-def plot_peak_fraction(runs: list[Run], path: Path, machine: str = "") -> None:
+def plot_peak_fraction(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     """Fraction of the theoretical peak (1 / track_time_vs_roofline) against prefix length."""
-    _per_heads(runs, "track_time_vs_roofline", ("naive", "flash", "torch"), "% of peak",
+    return _per_heads(runs, "track_time_vs_roofline", lambda i: True, "% of peak",
                f"Fraction of the roofline, {machine}", path, scale=100.0)
 
 
 def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
-    """Speedup and fraction of peak at the headline cases, commit by commit."""
-    q, impl = HEADLINE["q_len"], HEADLINE["impl"]
-    sources, prefixes = HEADLINE["sources"], HEADLINE["prefixes"]
-    what = "Heads64, else Quick (both heads 64 on a GPU)"
+    """Speedup and fraction of peak at the headline cases, commit by commit: a colour per
+    prefix length, a line style per headline implementation."""
+    q, impls = grid.HEADLINE["q_len"], grid.HEADLINE["impls"]
+    sources, prefixes = HEADLINE_SOURCES, grid.HEADLINE["prefix_lens"]
+    what = f"heads {grid.HEADLINE['heads']} ({' or '.join(sources)})"
 
-    def value(run, metric, p, sources):
+    def value(run, metric, p, impl, sources):
         for cls in sources:
             v = run.grid(cls, metric).get((q, p, impl))
             if v:
@@ -231,7 +262,8 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
         return math.nan
 
     def has_any(sources, prefixes):
-        return any(not math.isnan(value(r, "track_time_vs_naive", p, sources)) for r in runs for p in prefixes)
+        return any(not math.isnan(value(r, "track_time_vs_naive", p, i, sources))
+                   for r in runs for p in prefixes for i in impls)
 
     if not has_any(sources, prefixes):
         # No headline data (a CPU machine): the largest head count measured, its 3 longest prefixes.
@@ -239,27 +271,32 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
         if not present:
             raise Skip("no track_time_vs_naive results")
         sources = (present[0],)
-        found = {p for r in runs for (qq, p, i) in r.grid(present[0], "track_time_vs_naive") if qq == q and i == impl}
+        found = {p for r in runs for (qq, p, i) in r.grid(present[0], "track_time_vs_naive") if qq == q and i in impls}
         prefixes = tuple(sorted(found)[-3:])
-        what = f"{HEADS[present[0]]} heads ({present[0]}: no Heads64 or Quick results here)"
+        what = f"{HEADS[present[0]]} heads ({present[0]}: no headline results here)"
         if not prefixes:
-            raise Skip(f"no {impl} results at q_len {q}")
-    rows = [r for r in runs if any(not math.isnan(value(r, m, p, sources))
-                                   for m in ("track_time_vs_naive", "track_time_vs_roofline") for p in prefixes)]
+            raise Skip(f"no {'/'.join(impls)} results at q_len {q}")
+    metrics = ("track_time_vs_naive", "track_time_vs_roofline")
+    rows = [r for r in runs if any(not math.isnan(value(r, m, p, i, sources))
+                                   for m in metrics for p in prefixes for i in impls)]
     fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(6.0, 1.0 + 0.45 * len(rows))), 6.5), sharex=True)
     x = np.arange(len(rows))
-    for ax, metric, label in ((axes[0], "track_time_vs_naive", "speedup over naive (x)"),
-                              (axes[1], "track_time_vs_roofline", "fraction of peak")):
-        for n, p in enumerate(prefixes):
-            ax.plot(x, [value(r, metric, p, sources) for r in rows], marker="o", color=f"C{n}", label=f"prefix {p}")
+    for ax, metric, label in ((axes[0], metrics[0], f"speedup over {registry.baseline()} (x)"),
+                              (axes[1], metrics[1], "fraction of peak")):
+        for impl in impls:
+            for n, p in enumerate(prefixes):
+                ys = [value(r, metric, p, impl, sources) for r in rows]
+                if not all(math.isnan(y) for y in ys):
+                    ax.plot(x, ys, marker="o", color=f"C{n}", ls=style(impl), label=f"{impl}, prefix {p}")
         ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-    axes[0].legend(fontsize=8, loc="best")
+        ax.set_yscale("log")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best")
     axes[1].yaxis.set_major_formatter(PercentFormatter(1.0))
     step = max(1, len(rows) // 30)  # keep the hash labels legible on a long history
     axes[1].set_xticks(x[::step], [r.commit[:8] for r in rows][::step], rotation=45, ha="right", fontsize=8)
     axes[1].set_xlabel("commit (oldest to newest by commit date)")
-    fig.suptitle(f"History, {machine}: {impl} at q_len {q}, {what}", fontsize=10)
+    fig.suptitle(f"History, {machine}: {', '.join(impls)} at q_len {q}, {what}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -274,8 +311,9 @@ CAPTIONS = {
                "head count (newest commit that measured it).",
     "peak_fraction": "Fraction of peak = roofline time / measured time, the roofline time from the "
                      "tree-aware cost model and the machine's peaks; a line per q_len and implementation.",
-    "history": "History: speedup over naive and fraction of peak of flash at the headline cases "
-               "(heads 64, q_len 9, prefix 2048/16384/65536), commit by commit.",
+    "history": f"History: speedup over naive and fraction of peak of {', '.join(grid.HEADLINE['impls'])} at the "
+               f"headline cases (heads {grid.HEADLINE['heads']}, q_len {grid.HEADLINE['q_len']}, prefix "
+               f"{'/'.join(str(p) for p in grid.HEADLINE['prefix_lens'])}), commit by commit.",
 }
 PLOTS = {"roofline": plot_roofline, "speedup": plot_speedup, "peak_fraction": plot_peak_fraction,
          "history": plot_history}
@@ -339,8 +377,3 @@ def main(results_dir, out_dir, machine: str | None = None) -> list[Path]:
     write_index(out_dir, figures, skipped)
     return written
 
-
-if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    args = sys.argv[1:]
-    main(args[0] if args else "results", args[1] if len(args) > 1 else "html/plots", *args[2:3])

@@ -1,6 +1,6 @@
 """Detection power: how often ``asv continuous`` flags a planted slowdown, and a no-op.
 
-    python -m verify_attn.detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--gpus 0,1]
+    python -m verify_attn detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--gpus 0,1]
 
 In a throwaway clone (never main), each size S gets a branch whose one commit makes the
 flash kernel do S% more work on the heads-64 cases (extra key tiles, fully masked, so the
@@ -12,7 +12,6 @@ in the middle and checks that ``asv find`` names it. Prints the table; --json wr
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import json
 import os
@@ -23,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from . import ROOT
+from .cli import parser
 LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
 BENCH = r"Quick\.track_time(?!_)"
 LOG: Path | None = None  # --log: every asv command's output, as it runs
@@ -51,7 +51,7 @@ def edit_flash(repo: Path, pct: int | None, note: str) -> None:
     path = repo / "kernels" / "flash.cu"
     text = path.read_text()
     if pct:
-        assert LOOP in text, "the flash kernel's key loop moved: update verify_attn/detect.py"
+        assert LOOP in text, "the flash kernel's key loop moved: update verify_attn_tools/detect.py"
         text = text.replace(LOOP, planted_loop(pct))
     path.write_text(text + f"// {note}\n")
 
@@ -134,16 +134,16 @@ def run_find(workdir: Path, machine: str, gpu: str | None) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verify_attn.detect", description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", nargs="+", type=int, default=[0, 3, 5, 10])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--factor", type=float, default=1.03)
-    parser.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
-    parser.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
-    parser.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--log", type=Path, help="append every asv command's output here as it runs")
-    args = parser.parse_args(argv)
+    p = parser("detect", __doc__)
+    p.add_argument("--sizes", nargs="+", type=int, default=[0, 3, 5, 10])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--factor", type=float, default=1.03)
+    p.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
+    p.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
+    p.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--log", type=Path, help="append every asv command's output here as it runs")
+    args = p.parse_args(argv)
     global LOG
     LOG = args.log.resolve() if args.log else None
     gpus = args.gpus.split(",") if args.gpus else [None]
@@ -171,6 +171,3 @@ def main(argv=None) -> int:
         args.json.write_text(json.dumps({"runs": runs, "find": found, "factor": args.factor}, indent=1))
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

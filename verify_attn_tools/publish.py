@@ -1,14 +1,11 @@
-"""Publish the history: asv's site in html/, the plots in html/plots/, a link between them.
+"""Publish results/ into html/: asv's site, the plots in html/plots/, a link between them.
 
-    python -m verify_attn.publish [--serve [PORT]]
-
-asv publish rewrites html/ from scratch every time, so the plots are redrawn and the
+Needs no GPU and re-runs nothing. asv publish rewrites html/ from scratch every time, so the plots are redrawn and the
 "Plots" link injected into its front page after every publish.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import http.server
 import json
@@ -17,9 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import history, plots
-
-ROOT = Path(__file__).resolve().parent.parent
+from . import ROOT, history, plots
+from .cli import parser
 MARK = "<!-- verify-attn: plots link -->"
 NAV_ITEM = f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
 CORNER = (f'{MARK}<a id="verify-attn-plots" href="plots/index.html" style="position:fixed;right:1em;top:.8em;'
@@ -77,7 +73,7 @@ def warn_holes(root: Path) -> None:
         if holes:
             logging.getLogger("verify_attn.publish").warning(
                 "%s: %d commits changed measured code but have no results: %s "
-                "(python -m verify_attn.history --machine %s)", machine, len(holes), " ".join(holes), machine)
+                "(python -m verify_attn history --machine %s)", machine, len(holes), " ".join(holes), machine)
 
 
 def serve(directory: Path, port: int) -> None:
@@ -91,16 +87,13 @@ def serve(directory: Path, port: int) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m verify_attn.publish", description=__doc__.splitlines()[0])
-    parser.add_argument("--serve", nargs="?", type=int, const=8080, metavar="PORT",
-                        help="then serve html/ on localhost (default port 8080; 0 picks a free one)")
-    args = parser.parse_args(argv)
+    p = parser("publish", __doc__)
+    p.add_argument("--serve", nargs="?", type=int, const=8080, metavar="PORT",
+                   help="then serve html/ on localhost (default port 8080; 0 picks a free one)")
+    args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     status = publish()
     if args.serve is not None and (ROOT / "html" / "index.html").exists():
         serve(ROOT / "html", args.serve)
     return status
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""An implementation is its launcher plus one registry entry: everything else picks it up.
+
+A subprocess (the extension is built from the registry, so a new entry needs a fresh
+process) registers two entries and nothing else: a copy of naive under another name with
+both backends, and a CUDA-only copy. The build, the ops, the suite, the check, the asv
+benchmark parameters, the resource report and the plots must all see them; the CUDA-only
+one is skipped on the CPU with its reason shown.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = r'''
+import os, pathlib, shutil, torch
+from verify_attn import registry
+# The one edit a new implementation needs besides its launcher (here: naive's own):
+registry.register(registry.Impl("naive_twin", "naive again", cuda_sources=("naive.cu",), cpu_sources=("cpu.cpp",),
+                                symbol="naive"))
+registry.register(registry.Impl("naive_gpu", "naive, CUDA only", cuda_sources=("naive.cu",), symbol="naive"))
+
+from verify_attn import build, ops, resources, suite
+from verify_attn_tools import plots
+from verify_attn_tools.check import main as check_main
+
+ops.load()
+assert hasattr(torch.ops.verify_attn, "naive_twin") and hasattr(torch.ops.verify_attn, "naive_gpu")
+assert "impls_cuda.cpp" in build.spec(cuda=True).generated
+assert 'm.impl("naive_twin"' in build.spec(cuda=True).generated["impls_cuda.cpp"]
+
+grid = suite.measure_grid(None, "full")
+twin = grid["results"][(8, 9, 2048, "naive_twin")]
+assert twin["ok"] and len(twin["samples"]) == 7 and twin["flops"] > 0, twin
+gpu = grid["results"][(8, 9, 2048, "naive_gpu")]
+assert gpu["skipped"] == "naive_gpu has no cpu implementation", gpu
+
+import benchmarks.common
+assert {"naive_twin", "naive_gpu"} <= set(benchmarks.common.GridBenchmark.params[2])
+import benchmarks.bench_resources
+assert {"naive_twin", "naive_gpu"} <= set(benchmarks.bench_resources.Resources.params[0])
+
+assert check_main(["--device", "cpu", "--impl", "naive_twin", "--impl", "naive_gpu", "--case", "seed_2x8x9x9"]) == 0
+
+if shutil.which("nvcc"):
+    rep = resources.report()
+    assert set(resources.of_impl(rep, "naive_twin", "sm_90")) == {"naive_scores", "naive_softmax", "naive_output"}
+
+key = "bench_verify_attn.Heads8.track_time_vs_roofline"
+values = {key: {(9, p, i): 10.0 for p in (0, 2048) for i in ("naive", "naive_twin")}}
+drawn = plots.plot_peak_fraction([plots.Run("a" * 40, 1, values)], pathlib.Path(os.environ["OUT_PNG"]))
+assert drawn == ["naive", "naive_twin"], drawn
+print("OK")
+'''
+
+
+def test_a_registry_entry_is_all_a_new_implementation_needs(tmp_path):
+    env = dict(os.environ, VERIFY_ATTN_GRID="tiny", VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_CPU_ONLY="1",
+               OUT_PNG=str(tmp_path / "peak.png"), PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "SKIP naive_gpu" in proc.stdout and "PASS naive_twin" in proc.stdout
+    assert (tmp_path / "peak.png").exists()

@@ -1,0 +1,115 @@
+"""The implementations: one entry each, read by the binding, the build, the resource report,
+the suite, the check, the plots and the tests.
+
+Adding a compiled implementation NAME takes its launcher (``plan_NAME`` and ``launch_NAME``
+in a CUDA source, ``NAME_cpu`` in a C++ source where it has a CPU twin; the contract is in
+kernels/verify_attn.h) and one ``Impl`` in ``IMPLS``. The build generates the torch op
+``torch.ops.verify_attn.NAME`` from the entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Impl:
+    name: str
+    doc: str
+    cuda_sources: tuple[str, ...] = ()  # kernels/ files defining plan_<symbol> and launch_<symbol>
+    cpu_sources: tuple[str, ...] = ()   # kernels/ files defining <symbol>_cpu; () = no CPU twin
+    symbol: str = ""                    # the C++ name; default: name
+    runner: str = ""                    # "module:function" for an implementation in Python
+    trees: str = "any"                  # "any" or "chain" (causal masks only)
+    paged: bool = True                  # takes one-token pages through kv_indices
+    min_arch: int = 0                   # lowest CUDA compute capability, e.g. 80 for mma.sync
+    arch_family: tuple[int, ...] = ()   # only these capabilities' major versions, e.g. (9,)
+    tolerance: str = "default"          # key of verify_attn.accuracy.TOLERANCE
+    color: str = ""                     # plots; default: from the entry's position
+    baseline: bool = False              # the implementation speedups are taken over
+    under_test: bool = True             # a kernel of this project (False: a peer timed beside them)
+
+    @property
+    def cpp(self) -> str:
+        return self.symbol or self.name
+
+    @property
+    def compiled(self) -> bool:
+        return bool(self.cuda_sources or self.cpu_sources)
+
+    def devices(self) -> tuple[str, ...]:
+        if self.runner:
+            return ("cpu", "cuda")
+        return (("cpu",) if self.cpu_sources else ()) + (("cuda",) if self.cuda_sources else ())
+
+    def unsupported(self, device: str, capability: tuple[int, int] | None = None) -> str | None:
+        """Why this implementation cannot run on the device, or None when it can."""
+        if device not in self.devices():
+            return f"{self.name} has no {device} implementation"
+        if device == "cuda" and capability is not None:
+            cc = capability[0] * 10 + capability[1]
+            if cc < self.min_arch:
+                return f"{self.name} needs compute capability {self.min_arch / 10:.1f} or newer, this GPU is {cc / 10:.1f}"
+            if self.arch_family and capability[0] not in self.arch_family:
+                return f"{self.name} runs on sm_{'/'.join(str(a) for a in self.arch_family)}x only, this GPU is sm_{cc}"
+        return None
+
+    def rejects(self, chain: bool, paged: bool) -> str | None:
+        """Why this implementation does not take a case of this shape, or None."""
+        if self.trees == "chain" and not chain:
+            return f"{self.name} takes chain trees only (causal masks)"
+        if paged and not self.paged:
+            return f"{self.name} does not take one-token pages"
+        return None
+
+    def function(self) -> Callable:
+        module, name = self.runner.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+_ENTRIES = [
+    Impl("naive", "the baseline written the obvious way: scores in a global workspace, softmax, output",
+         cuda_sources=("naive.cu",), cpu_sources=("cpu.cpp",), color="tab:gray", baseline=True),
+    Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
+         cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
+    Impl("torch", "the plain torch composite a careful user would write instead",
+         runner="verify_attn.ops:torch_composite", tolerance="torch", color="tab:orange",
+         under_test=False),
+]
+IMPLS: dict[str, Impl] = {i.name: i for i in _ENTRIES}
+
+
+def register(impl: Impl) -> None:
+    """Add an implementation (an optional peer, or a test's). Before the extension is built:
+    compiled entries become ops only in a build that starts after this."""
+    if impl.name in IMPLS and IMPLS[impl.name] != impl:
+        raise ValueError(f"an implementation named {impl.name!r} is already registered")
+    IMPLS[impl.name] = impl
+
+
+def get(name: str) -> Impl:
+    try:
+        return IMPLS[name]
+    except KeyError:
+        raise ValueError(f"impl must be one of {tuple(IMPLS)}, got {name!r}") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(IMPLS)
+
+
+def under_test() -> tuple[str, ...]:
+    return tuple(n for n, i in IMPLS.items() if i.under_test)
+
+
+def baseline() -> str:
+    return next(i.name for i in IMPLS.values() if i.baseline)
+
+
+def color(name: str) -> str:
+    impl = IMPLS.get(name)
+    if impl and impl.color:
+        return impl.color
+    return f"C{(list(IMPLS).index(name) if name in IMPLS else len(IMPLS)) % 10}"

@@ -1,0 +1,69 @@
+"""Parity of every implementation on every named case against the float64 reference.
+
+Prints PASS, FAIL or SKIP (with the reason), the implementation, the case, its shape,
+max_abs and max_rel, one line each, and exits 1 on any FAIL. FILE arguments are bundles of
+captured inputs (verify_attn.cases.save_bundle) to replay. Tolerances: verify_attn/accuracy.py.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from verify_attn import accuracy, cases, registry
+from verify_attn.measure import skip_reason
+from verify_attn.reference import reference
+
+from .cli import need_gpu, parser
+
+
+def main(argv=None) -> int:
+    p = parser("check", __doc__)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    p.add_argument("--impl", action="append", choices=(*registry.names(), "all"),
+                   help="default: the kernels under test; all: every registered implementation")
+    p.add_argument("--case", action="append", choices=sorted(cases.CASES),
+                   help="default: every named case (on the CPU, those not marked large)")
+    p.add_argument("--seed", type=int, default=None, help="default: a fresh random seed, printed")
+    p.add_argument("files", nargs="*", help="bundle files to replay")
+    args = p.parse_args(argv)
+    if args.device == "cuda":
+        need_gpu("--device cuda")
+    seed = args.seed if args.seed is not None else random.randrange(2**31)
+    impls = args.impl or list(registry.under_test())
+    if "all" in impls:
+        impls = list(registry.names())
+    if args.case:
+        chosen = [cases.CASES[n] for n in args.case]
+    elif args.files:
+        chosen = []
+    else:
+        chosen = [c for c in cases.CASES.values() if args.device == "cuda" or not c.large]
+    print(f"# device {args.device}, seed {seed}, tolerance: see verify_attn/accuracy.py", flush=True)
+
+    work = [(c.name, c, lambda c=c: cases.make_inputs(c, args.device, seed)) for c in chosen]
+    work += [(f, None, lambda f=f: cases.load_bundle(f).to(args.device)) for f in args.files]
+    failed = 0
+    for name, case, make in work:
+        try:
+            inputs = make()
+        except ValueError as exc:
+            print(f"FAIL load {name}: {exc}", flush=True)
+            failed += 1
+            continue
+        ref = None
+        shape = " ".join(f"{k}={v}" for k, v in inputs.shape.items())
+        for impl in impls:
+            reason = skip_reason(impl, case, inputs)
+            if reason:
+                print(f"SKIP {impl:8s} {name:24s} {shape}  ({reason})", flush=True)
+                continue
+            if ref is None:
+                ref = reference(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale, inputs.kv_indices)
+            err = accuracy.run_check(impl, inputs, ref)
+            failed += not err.ok
+            note = f"  ({err.reason})" if err.reason else ""
+            print(f"{'PASS' if err.ok else 'FAIL'} {impl:8s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
+                  f"max_rel={err.max_rel:.3g}{note}", flush=True)
+    return 1 if failed else 0

@@ -1,0 +1,73 @@
+"""The command line: ``python -m verify_attn VERB [ARGS]``; ``python -m verify_attn VERB --help``.
+
+Every verb is a module of this package with ``main(argv) -> int`` and a one-line summary
+as the first line of its docstring. Bad arguments exit 2; a verb that needs a GPU on a
+machine without one says so in one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# verb -> one line; the module verify_attn_tools.<verb> does the work.
+VERBS = {
+    "run": "asv over commits on this machine's default device (default HEAD), then publish",
+    "publish": "results/ -> html/ (asv publish + plots); no GPU, no re-run; --serve to look",
+    "history": "which commits changed measured code and which of those lack results",
+    "backfill": "fill the history's holes (or given commits) with asv, one shard per GPU",
+    "check": "parity of every implementation on every named case (exit 1 on a failure)",
+    "measure": "a timing table without asv: speedup, TFLOP/s, % of peak, launch plan",
+    "resources": "registers, shared memory, spills, occupancy of every kernel, from nvcc",
+    "crosscheck": "the timer against the profiler's kernel time (GPU)",
+    "detect": "how often the PR check flags planted slowdowns, and a no-op (GPU)",
+    "machine": "this box's asv machine name and the ceilings fractions of peak use",
+}
+
+
+class Refusal(Exception):
+    """A verb cannot run here (no GPU, no nvcc, no asv): one line for the user, exit 1."""
+
+
+def usage() -> str:
+    lines = ["usage: python -m verify_attn VERB [ARGS]   (python -m verify_attn VERB --help)", "", "verbs:"]
+    lines += [f"  {verb:11s} {line}" for verb, line in VERBS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 2
+    verb, rest = argv[0], argv[1:]
+    if verb not in VERBS:
+        print(f"python -m verify_attn: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"verify_attn_tools.{verb}")
+    try:
+        return module.main(rest)
+    except Refusal as exc:
+        print(f"python -m verify_attn {verb}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def need_gpu(what: str = "this verb") -> None:
+    """Refuse in one line when torch sees no GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise Refusal(f"{what} needs a CUDA GPU and torch sees none "
+                      f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'})")
+
+
+def parser(verb: str, doc: str | None):
+    """An argparse parser for a verb: its prog and description from the module docstring."""
+    import argparse
+
+    text = (doc or "").strip()
+    return argparse.ArgumentParser(prog=f"python -m verify_attn {verb}", description=text.splitlines()[0] if text else None,
+                                   epilog="\n".join(text.splitlines()[1:]).strip() or None,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
