@@ -2,10 +2,12 @@
 
 A class per head count of verify_attn.grid.HEADS (HeadsN), all served by one measurement of
 the full grid; Quick is the pull-request subset (asv -b Quick), ColdL2 flushes the L2 cache
-before every call. What each measures on each device: verify_attn.grid.SELECTIONS.
+before every call, Chain is the chain tree (where FlashMLA runs too), Serving the batches
+of ragged paged trees a server verifies. What each measures on each device:
+verify_attn.grid.SELECTIONS.
 """
 
-from verify_attn import grid, suite
+from verify_attn import grid, registry, suite
 
 from .common import GridBenchmark
 
@@ -35,3 +37,31 @@ class ColdL2(GridBenchmark):
 
     def setup_cache(self):
         return suite.measure_grid(None, "cold")
+
+
+class Chain(GridBenchmark):
+    """Batch 1, a chain tree (a causal mask), kv rows padded to 64-token pages."""
+
+    params = [list(grid.CHAIN_PARAMS[0]), list(grid.CHAIN_PARAMS[1]), list(grid.CHAIN_PARAMS[2]),
+              list(registry.names())]
+    param_names = ["heads", "q_len", "prefix_len", "impl"]
+
+    def key(self, grid, params):
+        return params
+
+    def setup_cache(self):
+        return suite.measure_grid(None, "chain")
+
+
+class Serving(GridBenchmark):
+    """Batches of random trees, ragged prefixes from 1K to 64K, a paged pool with shuffled rows."""
+
+    params = [list(grid.SERVING_PARAMS[0]), list(grid.SERVING_PARAMS[1]), list(grid.SERVING_PARAMS[2]),
+              list(registry.names())]
+    param_names = ["batch", "heads", "q_len", "impl"]
+
+    def key(self, grid, params):
+        return params
+
+    def setup_cache(self):
+        return suite.measure_serving()

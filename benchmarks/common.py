@@ -34,9 +34,12 @@ class GridBenchmark(abc.ABC):
 
     heads = None  # a full-grid class's head count; None: the selection's only one
 
-    def setup(self, grid, q_len, prefix_len, impl):
-        heads = self.heads if self.heads is not None else grid["heads"][0]
-        self.entry = grid["results"].get((heads, q_len, prefix_len, impl))
+    def key(self, grid, params) -> tuple:
+        """The measured point of these parameters: (heads, q_len, prefix_len, impl)."""
+        return (self.heads if self.heads is not None else grid["heads"][0], *params)
+
+    def setup(self, grid, *params):
+        self.entry = grid["results"].get(self.key(grid, params))
         if self.entry is None:
             raise NotImplementedError("not in this device's grid")
         if self.entry["skipped"]:
@@ -48,14 +51,14 @@ class GridBenchmark(abc.ABC):
             raise AssertionError(f"failed the correctness check, not timed: {e['reason']}")
         return e
 
-    def track_time(self, grid, q_len, prefix_len, impl):
+    def track_time(self, grid, *params):
         """Seconds per call (CUDA events, inputs rotated past the L2 cache)."""
         e = self.timed()
         return {"samples": e["samples"], "number": e["number"]}
 
     track_time.unit = "seconds"
 
-    def track_time_vs_naive(self, grid, q_len, prefix_len, impl):
+    def track_time_vs_naive(self, grid, *params):
         """Time over the baseline's (naive's) median time in the same run: 1 / speedup."""
         e = self.timed()
         if e["baseline_s"] is None:  # the baseline was not measured here
@@ -64,45 +67,45 @@ class GridBenchmark(abc.ABC):
 
     track_time_vs_naive.unit = "x naive time"
 
-    def track_time_vs_roofline(self, grid, q_len, prefix_len, impl):
+    def track_time_vs_roofline(self, grid, *params):
         """Time over the roofline time of the tree-aware cost model: 1 / fraction of peak."""
         e = self.timed()
         return {"samples": [s / e["roofline_s"] for s in e["samples"]], "number": e["number"]}
 
     track_time_vs_roofline.unit = "x roofline time"
 
-    def track_error(self, grid, q_len, prefix_len, impl):
+    def track_error(self, grid, *params):
         """Largest relative error against the float64 reference (recorded even when failing)."""
         return self.entry["max_rel"]
 
     track_error.unit = "max_rel"
 
-    def track_flops(self, grid, q_len, prefix_len, impl):
+    def track_flops(self, grid, *params):
         """FLOPs of one call by the tree-aware cost model (what the mask lets through)."""
         return self.entry["flops"]
 
     track_flops.unit = "FLOP"
 
-    def track_bytes(self, grid, q_len, prefix_len, impl):
+    def track_bytes(self, grid, *params):
         """Fewest bytes one call must move (cost model)."""
         return self.entry["bytes"]
 
     track_bytes.unit = "bytes"
 
-    def track_roofline_time(self, grid, q_len, prefix_len, impl):
+    def track_roofline_time(self, grid, *params):
         """The least time the machine's peaks allow for the cost model's work."""
         return self.entry["roofline_s"]
 
     track_roofline_time.unit = "seconds"
 
-    def track_sm_clock(self, grid, q_len, prefix_len, impl):
+    def track_sm_clock(self, grid, *params):
         """Median SM clock over the samples (NVML)."""
         clock = self.timed()["sm_clock_mhz"]
         return math.nan if clock is None else clock
 
     track_sm_clock.unit = "MHz"
 
-    def track_dropped_samples(self, grid, q_len, prefix_len, impl):
+    def track_dropped_samples(self, grid, *params):
         """Samples dropped and retaken because the SM clock was low."""
         return self.timed()["dropped"]
 
@@ -120,7 +123,7 @@ PLAN_SERIES = {
 
 
 def _plan_series(field: str, unit: str, doc: str):
-    def track(self, grid, q_len, prefix_len, impl):
+    def track(self, grid, *params):
         plan = self.entry["plan"]  # None: not a CUDA kernel
         return math.nan if plan is None else plan[field]
 

@@ -8,6 +8,14 @@
 //   output   each thread owns 2 of the 512 output dims for every query of the tile
 // The KV range is split across blocks so that short batches still fill the GPU; the splits'
 // normalised partial outputs are merged by log-sum-exp in a second kernel.
+//
+// Non-finite input (tests/test_nan.py): a non-finite score of an attended key is a NaN, and
+// the running max, the sums and the merge propagate NaN, so that exactly the queries that
+// attend a non-finite row (or have a non-finite q) get NaN. Masked keys get weight 0; the
+// only masked rows a tile can hold are tree rows (prefix rows are seen by every query, rows
+// past the end are zero-filled), so in the few tiles that hold tree rows non-finite values
+// are read as 0: a masked sibling's NaN never reaches the sum as 0 * NaN, and a query that
+// attends such a row is NaN already through its score.
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -44,6 +52,20 @@ struct __align__(16) FlashSmem {
   float inv_l[kQTile];
   float lse[kQTile];
 };
+
+// max that returns NaN when either argument is NaN (fmaxf returns the other argument).
+__device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
+// A non-finite value read as 0 (bf16 pair packed in a word, either half).
+__device__ __forceinline__ float finite_or_zero(float x) { return fabsf(x) < INFINITY ? x : 0.f; }
 
 __device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
@@ -82,6 +104,31 @@ __device__ __forceinline__ float dot18(const float* k, const float4 (&q)[4], flo
   }
   s = fmaf(k[16], r.x, s);
   return fmaf(k[17], r.y, s);
+}
+
+// acc[i] += p[key][i] * v[key] over the tile's keys, for this thread's two output dims.
+template <bool kTreeTile>
+__device__ __forceinline__ void accumulate(float (&acc)[kQTile][2], const FlashSmem& sm, int tid) {
+#pragma unroll 4
+  for (int kk = 0; kk < kTileKeys; ++kk) {
+    const uint32_t v = reinterpret_cast<const uint32_t*>(sm.k[kk])[tid];
+    float v0 = bf_lo(v), v1 = bf_hi(v);
+    if (kTreeTile) {
+      v0 = finite_or_zero(v0);
+      v1 = finite_or_zero(v1);
+    }
+    float pr[kQTile];
+#pragma unroll
+    for (int j = 0; j < kQTile / 4; ++j) {
+      const float4 w = reinterpret_cast<const float4*>(sm.p[kk])[j];
+      pr[4 * j] = w.x; pr[4 * j + 1] = w.y; pr[4 * j + 2] = w.z; pr[4 * j + 3] = w.w;
+    }
+#pragma unroll
+    for (int i = 0; i < kQTile; ++i) {
+      acc[i][0] = fmaf(pr[i], v0, acc[i][0]);
+      acc[i][1] = fmaf(pr[i], v1, acc[i][1]);
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads, 2)
@@ -155,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         if ((lane & 15) == 0) {
           const bool visible =
               t < key_end && (t < prefix || tree_visible(parent, q0 + i, t - prefix));
-          sm.p[kk][i] = visible ? s : -INFINITY;
+          // An attended key's non-finite score is a NaN (an inf scoring -inf must not weigh 0).
+          sm.p[kk][i] = visible ? (fabsf(s) < INFINITY ? s : __int_as_float(0x7fffffff)) : -INFINITY;
         }
       }
     }
@@ -165,10 +213,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       const float s = sm_i < nq ? sm.p[sm_t][sm_i] : -INFINITY;
       float mx = s;
 #pragma unroll
-      for (int o = kTileKeys / 2; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      const float m_new = fmaxf(m_run, mx);
+      for (int o = kTileKeys / 2; o > 0; o >>= 1) mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      const float m_new = nan_max(m_run, mx);
       float prob = 0.f, corr = 1.f;
-      if (m_new != -INFINITY) {
+      if (m_new != -INFINITY) {  // true for NaN: prob and corr become NaN
         prob = exp2f(s - m_new);
         corr = exp2f(m_run - m_new);
       }
@@ -188,30 +236,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         acc[i][0] *= sm.corr[i];
         acc[i][1] *= sm.corr[i];
       }
-#pragma unroll 4
-      for (int kk = 0; kk < kTileKeys; ++kk) {
-        const uint32_t v = reinterpret_cast<const uint32_t*>(sm.k[kk])[tid];
-        const float v0 = bf_lo(v), v1 = bf_hi(v);
-        float pr[kQTile];
-#pragma unroll
-        for (int j = 0; j < kQTile / 4; ++j) {
-          const float4 w = reinterpret_cast<const float4*>(sm.p[kk])[j];
-          pr[4 * j] = w.x; pr[4 * j + 1] = w.y; pr[4 * j + 2] = w.z; pr[4 * j + 3] = w.w;
-        }
-#pragma unroll
-        for (int i = 0; i < kQTile; ++i) {
-          acc[i][0] = fmaf(pr[i], v0, acc[i][0]);
-          acc[i][1] = fmaf(pr[i], v1, acc[i][1]);
-        }
-      }
+      // A tile of prefix rows only (all but the last few) is seen by every query as is; a
+      // tile holding tree rows may hold a masked sibling's non-finite values: read as 0.
+      if (t0 + kTileKeys <= prefix) accumulate<false>(acc, sm, tid);
+      else accumulate<true>(acc, sm, tid);
     }
     __syncthreads();  // the next tile overwrites sm.k and sm.p
   }
 
   if (softmax_thread && sm_t == 0) {
-    const bool any = l_run > 0.f;  // false only for a split with no visible key
-    sm.inv_l[sm_i] = any ? 1.f / l_run : 0.f;
-    sm.lse[sm_i] = any ? (m_run + log2f(l_run)) * kLn2 : -INFINITY;
+    const bool empty = l_run == 0.f;  // a split with no visible key (NaN is not empty)
+    sm.inv_l[sm_i] = empty ? 0.f : 1.f / l_run;
+    sm.lse[sm_i] = empty ? -INFINITY : (m_run + log2f(l_run)) * kLn2;
   }
   __syncthreads();
 
@@ -247,13 +283,15 @@ __global__ void __launch_bounds__(kMergeThreads)
   const int64_t lse_stride = int64_t(p.batch) * p.heads * p.q_len;
   const int64_t out_stride = lse_stride * kLatent;
   float m = -INFINITY;
-  for (int s = 0; s < num_splits; ++s) m = fmaxf(m, ws_lse[s * lse_stride + lse_at]);
-  // m is finite: the split holding the query's own tree row saw at least that row.
+  for (int s = 0; s < num_splits; ++s) m = nan_max(m, ws_lse[s * lse_stride + lse_at]);
+  // m is finite or NaN: the split holding the query's own tree row saw at least that row.
+  // NaN in any split makes m, every weight and so the output NaN.
   float wsum = 0.f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int s = 0; s < num_splits; ++s) {
-    const float w = expf(ws_lse[s * lse_stride + lse_at] - m);
-    if (w == 0.f) continue;
+    const float lse_s = ws_lse[s * lse_stride + lse_at];
+    const float w = lse_s == -INFINITY ? 0.f : expf(lse_s - m);  // an empty split weighs 0
+    if (w == 0.f) continue;  // (a finite split whose weight underflows adds nothing either)
     const float4 o = reinterpret_cast<const float4*>(ws_out + s * out_stride + row * kLatent)[threadIdx.x];
     wsum += w;
     acc.x = fmaf(w, o.x, acc.x);

@@ -1,3 +1,9 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -25,3 +31,31 @@ def require(impl: str, device: str, inputs=None) -> None:
 
 
 COMPILED = [n for n, i in registry.IMPLS.items() if i.compiled]
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def git(repo, *args):
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                   capture_output=True)
+
+
+def checkout_copy(tmp: Path) -> tuple[Path, dict]:
+    """A one-commit git repository holding this checkout's tracked and new files (not
+    results/ or html/), and the environment for asv there: CPU, the tiny grid, a private
+    build cache and HOME."""
+    repo = tmp / "repo"
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    for f in files:
+        if not f.startswith(("results/", "html/")) and (ROOT / f).is_file():
+            (repo / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, repo / f)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "base")
+    (tmp / "home").mkdir(exist_ok=True)
+    env = dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_GRID="tiny",
+               VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable)
+    return repo, env

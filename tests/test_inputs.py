@@ -76,3 +76,28 @@ def test_raw_op_survives_values_it_does_not_check(good):
     for impl in (n for n in COMPILED if not ops.unsupported(n, "cpu")):
         getattr(torch.ops.verify_attn, impl)(good.q, good.kv, bad_idx, torch.full_like(good.parent, 5),
                                              torch.tensor([10**6, -5], dtype=torch.int32), good.scale, out, lse)
+
+
+@pytest.mark.parametrize("name", ["q", "kv", "parent", "prefix_lens", "kv_indices", "out", "lse"])
+@pytest.mark.parametrize("make", [lambda t: t.tolist(), lambda t: t.float().numpy(), lambda t: 3],
+                         ids=["list", "numpy", "int"])
+def test_what_is_not_a_tensor_is_a_type_error_naming_it(good, name, make):
+    args = dict(q=good.q, kv=good.kv, parent=good.parent, prefix_lens=good.prefix_lens, scale=good.scale,
+                kv_indices=good.kv_indices)
+    args[name] = make(getattr(good, name) if name not in ("out", "lse") else torch.zeros(2))
+    with pytest.raises(TypeError, match=rf"^{name} must be a torch.Tensor, got "):
+        ops.verify_attention(**args)
+
+
+@pytest.mark.parametrize("name", ["q", "kv", "parent", "prefix_lens"])
+def test_none_for_a_tensor_is_a_type_error(good, name):
+    args = dict(q=good.q, kv=good.kv, parent=good.parent, prefix_lens=good.prefix_lens, scale=good.scale)
+    args[name] = None
+    with pytest.raises(TypeError, match=rf"^{name} must be a torch.Tensor, got NoneType"):
+        ops.verify_attention(**args)
+
+
+@pytest.mark.parametrize("scale", ["0.1", None, torch.tensor(0.1), True])
+def test_scale_must_be_a_number(good, scale):
+    with pytest.raises(TypeError, match="scale must be a Python float"):
+        call(good, scale=scale)

@@ -33,7 +33,8 @@ from verify_attn_tools import plots, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
-KINDS = ("roofline", "speedup", "peak_fraction", "history")
+KINDS = ("roofline", "speedup", "peak_fraction", "chain", "history")
+CPU_KINDS = tuple(k for k in KINDS if k != "chain")  # the tiny CPU grid has no Chain points
 
 
 def need(tool: str) -> str:
@@ -83,11 +84,11 @@ def published(tmp_path_factory):
 
 def test_publish_draws_plots_and_links_them(published):
     html = published / "html"
-    for kind in KINDS:
+    for kind in CPU_KINDS:
         png = html / "plots" / f"ci-{kind}.png"
         assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
     page = (html / "plots" / "index.html").read_text()
-    assert all(f'src="ci-{kind}.png"' in page for kind in KINDS)
+    assert all(f'src="ci-{kind}.png"' in page for kind in CPU_KINDS)
     assert 'href="../index.html"' in page and "same process" in page and "tree-aware cost model" in page
 
     index = html / "index.html"
@@ -103,7 +104,7 @@ PARAMS = [["9", "33"], ["0", "2048", "16384", "65536"], ["'naive'", "'flash'", "
 
 
 def write_results(results_dir: Path, name: str, commit: str, date: int, classes: dict, peaks=None,
-                  recorded_cost: float | None = None):
+                  recorded_cost: float | None = None, chain: bool = False):
     """An asv results file through asv's own API, the kernels reaching a fixed share of the roofline."""
     from asv import results as asv_results, runner
 
@@ -129,6 +130,12 @@ def write_results(results_dir: Path, name: str, commit: str, date: int, classes:
         for key, vals in series.items():
             res.add_result({"name": f"bench_verify_attn.{cls}.{key}", "params": PARAMS, "version": "1"},
                            runner.BenchmarkResult(vals, [None] * len(vals), [None] * len(vals), 0, "", None))
+    if chain:  # Chain: heads 64, q_len 9, two prefixes, tc and the FlashMLA reference
+        params = [["64"], ["9"], ["2048", "65536"], ["'tc'", "'flashmla'"]]
+        times = {"track_time": [1e-4, 1e-3, 5e-5, 6e-4], "track_flops": [2.6e9, 8.2e10, 2.6e9, 8.2e10]}
+        for key, vals in times.items():
+            res.add_result({"name": f"bench_verify_attn.Chain.{key}", "params": params, "version": "1"},
+                           runner.BenchmarkResult(vals, [None] * 4, [None] * 4, 0, "", None))
     for key, value in (peaks or {}).items():
         res.add_result({"name": f"bench_machine.Machine.{key}", "params": [], "version": "1"},
                        runner.BenchmarkResult([value], [None], [None], 0, "", None))
@@ -140,12 +147,13 @@ def test_plots_from_gpu_results(tmp_path, caplog):
     every = lambda q, p, impl: True  # noqa: E731
     quick = lambda q, p, impl: q == 9 and p >= 2048 and impl != "torch"  # noqa: E731
     peaks = {"track_peak_tflops": 784.0, "track_peak_gbps": 4170.0}
-    write_results(results, "nvidia-h200", "a" * 40, 1000, {"Heads8": (8, every), "Heads64": (64, every)}, peaks)
+    write_results(results, "nvidia-h200", "a" * 40, 1000, {"Heads8": (8, every), "Heads64": (64, every)}, peaks,
+                  chain=True)
     write_results(results, "nvidia-h200", "e" * 40, 1500, {"Heads8": (8, every)}, recorded_cost=2.0)
     write_results(results, "nvidia-h200", "b" * 40, 2000, {"Quick": (64, quick)})  # a pull request: Quick only
     write_results(results, "nvidia-h200", "c" * 40, 3000, {})  # a commit whose build failed: nothing
     # An unknown machine without Machine tracks: no ceilings, still drawn.
-    write_results(results, "other-gpu", "d" * 40, 1000, {"Heads8": (8, every)})
+    write_results(results, "other-gpu", "d" * 40, 1000, {"Heads8": (8, every)}, chain=True)
 
     runs = plots.load_runs(results, "nvidia-h200")
     assert [r.commit[0] for r in runs] == ["a", "e", "b", "c"]
@@ -164,7 +172,7 @@ def test_plots_from_gpu_results(tmp_path, caplog):
                                                      for k in KINDS)
     assert "no ceilings" in caplog.text
     page = (out / "index.html").read_text()
-    assert page.count("<img ") == 8 and "Not drawn" not in page
+    assert page.count("<img ") == 2 * len(KINDS) and "Not drawn" not in page
 
     # Nothing at all: no crash, a page that says so.
     assert plots.main(tmp_path / "none", tmp_path / "empty") == []

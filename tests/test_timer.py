@@ -20,7 +20,7 @@ def test_calls_rotate_over_input_sets():
 def test_samples_measure_the_call():
     timing = Timer("cpu", samples=5, min_sample_s=0.01, warmup_s=0.0).time([lambda: time.sleep(0.002)])
     assert len(timing.samples) == 5 and timing.number >= 3
-    assert 0.002 <= timing.median < 0.004
+    assert 0.002 <= timing.median < 0.010  # a loaded CI machine oversleeps, never undersleeps
     assert timing.asv() == {"samples": timing.samples, "number": timing.number}
 
 
@@ -39,3 +39,26 @@ def test_gpu_timer_sees_a_known_sleep():
     assert timing.sm_clock_mhz is None or timing.sm_clock_mhz > 0
     # 2e6 cycles at 1-2 GHz: 1-2 ms per call
     assert 0.5e-3 < timing.median < 4e-3
+
+
+def test_unreadable_clock_warns_once_and_is_recorded(monkeypatch):
+    """Without NVML the clock screen is off: the timer says so once and the timing records it."""
+    from verify_attn import timer as timer_module
+
+    monkeypatch.setattr(timer_module, "_sm_clock", lambda: None)
+    monkeypatch.setattr(timer_module, "_warned", False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    with pytest.warns(RuntimeWarning, match="not screened"):
+        first = Timer("cuda", samples=1)
+    assert not first.screens_clock
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Timer("cuda", samples=1)  # a second timer stays silent
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+def test_gpu_timer_screens_clocks_with_nvml():
+    timing = Timer("cuda", samples=3).time([lambda: torch.cuda._sleep(100000)])
+    assert timing.clock_screened and timing.sm_clock_mhz > 0

@@ -13,6 +13,10 @@ checkout, because asv wipes its checkout between commits. Two levels:
 What is compiled comes from one ``Spec``, made from the implementation registry: the
 kernels' sources, the flags, and the generated binding that registers one op per
 implementation. The resource report (verify_attn.resources) compiles from the same spec.
+
+An optional peer with its own sources and flags (FlashMLA: verify_attn/flashmla.py) builds
+a second library through the same cache, lock and atomic write: a ``Library`` and
+``load_library``.
 """
 
 from __future__ import annotations
@@ -205,29 +209,38 @@ def load(verbose: bool = False) -> Path:
 
 
 def _compile(lib: Path, verbose: bool) -> None:
-    from torch.utils import cpp_extension
-
     tgt = target()
     cuda = tgt["cuda"] is not None
     build = cache_dir() / "build" / _digest(json.dumps(tgt, sort_keys=True).encode())
+    files = spec(cuda).files()
+    _ninja(NAME, build, files, [n for n in files if not n.endswith(".h")], CXX_FLAGS, CUDA_FLAGS, (),
+           tgt["arch"] if cuda else None, verbose)
+    _publish(build / f"{NAME}.so", lib)
+
+
+def _ninja(name: str, build: Path, files: dict[str, bytes], sources, cxx_flags, cuda_flags, include_dirs,
+           arch: str | None, verbose: bool) -> None:
+    """Stage files into build/src (rewritten only when their bytes differ) and build the
+    library build/<name>.so with ninja, loading it into this process (registering its ops).
+    arch: TORCH_CUDA_ARCH_LIST for this build alone ("9.0", "9.0a"); None: no CUDA."""
+    from torch.utils import cpp_extension
+
     src = build / "src"
     src.mkdir(parents=True, exist_ok=True)
-    files = spec(cuda).files()
-    for name, data in files.items():
-        _write_if_changed(src / name, data)
-    sources = [str(src / n) for n in files if not n.endswith(".h")]
+    for fname, data in files.items():
+        _write_if_changed(src / fname, data)
     _ensure_ninja_on_path()
+    cuda = arch is not None
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if cuda:
-        os.environ["TORCH_CUDA_ARCH_LIST"] = tgt["arch"]  # this GPU only: the key names it
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch  # this architecture only: the key names it
     try:
-        # Loads build/<target>/NAME.so into this process (registering the ops).
         cpp_extension.load(
-            name=NAME,
-            sources=sources,
-            extra_cflags=list(CXX_FLAGS),
-            extra_cuda_cflags=list(CUDA_FLAGS),
-            extra_include_paths=[str(src)],
+            name=name,
+            sources=[str(src / n) for n in sources],
+            extra_cflags=list(cxx_flags),
+            extra_cuda_cflags=list(cuda_flags),
+            extra_include_paths=[str(src), *include_dirs],
             build_directory=str(build),
             with_cuda=cuda,
             is_python_module=False,
@@ -239,8 +252,66 @@ def _compile(lib: Path, verbose: bool) -> None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
             else:
                 os.environ["TORCH_CUDA_ARCH_LIST"] = env_arch
+
+
+def _publish(built: Path, lib: Path) -> None:
     lib.parent.mkdir(parents=True, exist_ok=True)
     tmp = lib.with_suffix(".tmp")
-    shutil.copyfile(build / f"{NAME}.so", tmp)
+    shutil.copyfile(built, tmp)
     os.replace(tmp, lib)  # complete or absent, never half-written
 
+
+@dataclasses.dataclass(frozen=True)
+class Library:
+    """A second extension library, cached by content like the main one: an optional peer's
+    sources with its own flags. ``files`` are staged by name into the build directory
+    (sources and the headers of ours they include); ``include_dirs`` are read in place (a
+    checkout's headers), so ``stand_in`` must change whenever what they hold does."""
+
+    name: str                           # the library's name: lib/<name>-<key>.so, build/<name>-<target>/
+    files: dict                         # name -> bytes
+    sources: tuple[str, ...]            # the names of files that are compiled (.cu by nvcc)
+    include_dirs: tuple[str, ...] = ()
+    cxx_flags: tuple[str, ...] = CXX_FLAGS
+    cuda_flags: tuple[str, ...] = CUDA_FLAGS
+    arch: str | None = None             # TORCH_CUDA_ARCH_LIST, e.g. "9.0a"; None: no CUDA
+    stand_in: bytes = b""               # digest input standing for the include_dirs' contents
+
+    def target(self) -> dict:
+        return {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda if self.arch else None,
+            "arch": self.arch,
+            "cxx_flags": list(self.cxx_flags),
+            "cuda_flags": list(self.cuda_flags) if self.arch else None,
+            "include_dirs": list(self.include_dirs),
+        }
+
+    def path(self) -> Path:
+        """Where this library lives in the cache (built or not)."""
+        key = _digest(json.dumps(self.target(), sort_keys=True).encode(), self.stand_in,
+                      *(n.encode() + b"\0" + d for n, d in sorted(self.files.items())))
+        return cache_dir() / "lib" / f"{self.name}-{key}.so"
+
+
+_libraries: dict[str, Path] = {}
+
+
+def load_library(library: Library, verbose: bool = False) -> Path:
+    """Build if needed (under the cache's lock) and load a ``Library`` into this process, once."""
+    lib = library.path()
+    if _libraries.get(library.name) == lib:
+        return lib
+    if not lib.exists():
+        with _locked(cache_dir() / "lock"):
+            if not lib.exists():
+                build = cache_dir() / "build" / (
+                    f"{library.name}-{_digest(json.dumps(library.target(), sort_keys=True).encode())}")
+                _ninja(library.name, build, library.files, library.sources, library.cxx_flags,
+                       library.cuda_flags, library.include_dirs, library.arch, verbose)
+                _publish(build / f"{library.name}.so", lib)
+                _libraries[library.name] = lib
+                return lib  # ninja's build loaded it already
+    torch.ops.load_library(str(lib))
+    _libraries[library.name] = lib
+    return lib

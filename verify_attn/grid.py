@@ -16,10 +16,15 @@ PREFIX_LENS = (0, 2048, 16384, 65536)
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
+    """Points of batch 1, one prefix length each, contiguous cache."""
+
     heads: tuple[int, ...]
     q_lens: tuple[int, ...]
     prefix_lens: tuple[int, ...]
-    impls: str = "all"  # "all" or "under_test"
+    impls: str = "all"              # "all" or "under_test"
+    exclude: tuple[str, ...] = ()   # implementations left out of this selection
+    tree: str = "random"
+    pad_to: int = 1                 # kv rows per element rounded up to a multiple of this
 
     def points(self, heads: int) -> list[tuple[int, int]]:
         """(q_len, prefix_len) measured at this head count."""
@@ -28,7 +33,28 @@ class Selection:
         return [(q, p) for q in self.q_lens for p in self.prefix_lens]
 
 
+@dataclasses.dataclass(frozen=True)
+class Serving:
+    """Serving steps: batches of random trees with ragged prefixes (1K to 64K, spread over
+    the batch) in a paged pool with shuffled rows (verify_attn.cases.serving_case)."""
+
+    batches: tuple[int, ...]
+    heads: tuple[int, ...]
+    q_lens: tuple[int, ...]
+    impls: str = "all"
+    exclude: tuple[str, ...] = ()
+
+    def points(self) -> list[tuple[int, int, int]]:
+        return [(b, h, q) for b in self.batches for h in self.heads for q in self.q_lens]
+
+
 NONE = Selection((), (), ())
+# The chain tree (a causal mask, which FlashMLA also takes) at the shapes FlashMLA is
+# compared on; kv rows padded to its 64-token pages. Naive adds nothing here.
+CHAIN = Selection(HEADS, (9, 65), (2048, 16384, 65536), exclude=("naive",), tree="chain", pad_to=64)
+# Naive stays at batch 1: at batch 32 it would take seconds a call.
+SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive",))
+NO_SERVING = Serving((), (), ())
 # What each asv class measures, by device. The CPU grid is what 2 cores finish in minutes.
 SELECTIONS = {
     "cuda": {
@@ -37,19 +63,26 @@ SELECTIONS = {
         "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test"),
         # Cold L2 matters where the cache rows fit in the 60 MiB L2: short prefixes.
         "cold": Selection((64,), (9,), (2048, 16384)),
+        "chain": CHAIN,
+        "serving": SERVING,
     },
     "cpu": {
         "full": Selection((8, 16), (9, 17), (0, 2048)),
         "quick": Selection((8,), (9,), (0, 2048), "under_test"),
         "cold": NONE,
+        "chain": Selection((8,), (9,), (2048,), exclude=("naive",), tree="chain", pad_to=64),
+        "serving": NO_SERVING,  # ragged prefixes up to 64K: seconds a call on 2 cores
     },
     # VERIFY_ATTN_GRID=tiny (the end-to-end tests): two points.
     "tiny": {"full": Selection((8,), (9,), (0, 2048), "under_test"), "quick": Selection((8,), (9,), (0, 2048), "under_test"),
-             "cold": NONE},
+             "cold": NONE, "chain": NONE, "serving": NO_SERVING},
 }
 
+# The asv classes' parameter values: every value any device's selection uses.
+CHAIN_PARAMS = (HEADS, CHAIN.q_lens, CHAIN.prefix_lens)
+SERVING_PARAMS = (SERVING.batches, SERVING.heads, SERVING.q_lens)
 # The history's headline: heads 64, q_len 9, three prefixes, for these implementations.
-HEADLINE = {"heads": 64, "q_len": 9, "prefix_lens": (2048, 16384, 65536), "impls": ("flash",)}
+HEADLINE = {"heads": 64, "q_len": 9, "prefix_lens": (2048, 16384, 65536), "impls": ("flash", "tc")}
 # What `measure` times by default, and what the GPU check's speed step shows.
 MEASURE_DEFAULT = {"heads": (64,), "q_lens": (9,), "prefix_lens": (2048, 16384, 65536)}
 # Timer against profiler: (impl, heads, q_len, prefix_len).

@@ -7,6 +7,8 @@ one host sync and is skipped while a CUDA graph is being captured.
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from . import build, registry
@@ -45,6 +47,17 @@ def launch_plan(impl: str, args) -> dict | None:
     keys = ("blocks", "threads", "smem_bytes", "num_splits", "split_len", "rows_per_block", "keys_per_tile",
             "workspace_bytes")
     return dict(zip(keys, op(*args)))
+
+
+def check_types(**args) -> None:
+    """Raise TypeError naming the first argument that is not a tensor (kv_indices, out and
+    lse may be None)."""
+    for name, value in args.items():
+        if value is None and name in ("kv_indices", "out", "lse"):
+            continue
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__module__}.{type(value).__qualname__}"
+                            .replace("builtins.", ""))
 
 
 def check_values(kv: torch.Tensor, kv_indices: torch.Tensor | None, parent: torch.Tensor,
@@ -99,6 +112,9 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
     out, lse : the attention output and its log-sum-exp (natural log)
     """
     entry = registry.get(impl)
+    check_types(q=q, kv=kv, parent=parent, prefix_lens=prefix_lens, kv_indices=kv_indices, out=out, lse=lse)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a Python float, got {type(scale).__name__}")
     load()
     batch, q_len, heads = q.shape[:3] if q.dim() == 4 else (0, 0, 0)
     if out is None:
@@ -130,21 +146,46 @@ def tree_mask(parent: torch.Tensor) -> torch.Tensor:
     return reach > 0
 
 
-def torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse) -> None:
-    """What a user would write with plain torch: bf16 matmuls, fp32 masked softmax.
+@contextlib.contextmanager
+def _tf32():
+    """TF32 tensor-core matmuls for fp32 operands that hold bf16 values: bf16 fits in TF32's
+    10-bit mantissa, so the products are exact and the sums fp32, as in the kernels."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
-    ``prefix_lens`` may be a list: a serving engine knows them on the host, and reading
-    them from a GPU tensor would cost a sync per call."""
+
+def torch_composite(q, kv, kv_indices, parent, prefix_lens, scale, out, lse) -> None:
+    """What a careful user writes with plain torch: scores and softmax in fp32, a masked
+    softmax per batch element, the value sum in fp32.
+
+    Honours the NaN contract of docs/op.md: a non-finite score becomes NaN (so a non-finite
+    value in q or in an attended row makes that query's out and lse NaN), and the tree rows'
+    values enter the sum with their non-finite entries zeroed, since a masked sibling row must
+    not reach a query through 0 * NaN; a query that attends such a row is NaN by its score. ``prefix_lens`` may be a
+    list: a serving engine knows them on the host, and reading them from a GPU tensor would
+    cost a sync per call."""
     q_len = q.shape[1]
     if isinstance(prefix_lens, torch.Tensor):
         prefix_lens = prefix_lens.tolist()
-    for b, prefix in enumerate(prefix_lens):
-        kv_len = prefix + q_len
-        rows = kv[kv_indices[b, :kv_len].long()] if kv_indices is not None else kv[b, :kv_len]
-        mask = torch.ones((q_len, kv_len), dtype=torch.bool, device=q.device)
-        mask[:, prefix:] = tree_mask(parent[b])
-        scores = torch.einsum("ihd,td->hit", q[b], rows).float() * scale  # one bf16 matmul
-        scores.masked_fill_(~mask, float("-inf"))
-        lse[b] = torch.logsumexp(scores, dim=-1)
-        probs = torch.exp(scores - lse[b][..., None]).to(torch.bfloat16)
-        out[b] = torch.einsum("hit,td->ihd", probs, rows[:, :LATENT])  # one bf16 matmul
+    with _tf32():
+        for b, prefix in enumerate(prefix_lens):
+            kv_len = prefix + q_len
+            rows = kv[kv_indices[b, :kv_len].long()] if kv_indices is not None else kv[b, :kv_len]
+            keys = rows.float()
+            visible = tree_mask(parent[b])  # [q_len, q_len]
+            scores = torch.einsum("ihd,td->hit", q[b].float(), keys) * scale
+            # A non-finite score (an inf in q or a row can score -inf) is NaN: weight 0 would hide it.
+            scores = torch.nan_to_num(scores, nan=float("nan"), posinf=float("nan"), neginf=float("nan"))
+            scores[..., prefix:].masked_fill_(~visible, float("-inf"))
+            lse_b = torch.logsumexp(scores, dim=-1)
+            probs = torch.exp(scores - lse_b[..., None])
+            tree = keys[prefix:, :LATENT]
+            o = torch.einsum("hit,td->ihd", probs[..., prefix:], torch.nan_to_num(tree, 0.0, 0.0, 0.0))
+            if prefix:
+                o += torch.einsum("hit,td->ihd", probs[..., :prefix], keys[:prefix, :LATENT])
+            out[b] = o
+            lse[b] = lse_b

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .shapes import LATENT, ancestors
@@ -18,14 +20,20 @@ def mask(parent: list[int], prefix_len: int) -> torch.Tensor:
     return m
 
 
-@torch.no_grad()
-def reference(q, kv, parent, prefix_lens, scale, kv_indices=None, head_chunk: int = 8):
-    """out [batch, q_len, heads, 512] and lse [batch, heads, q_len], both float64.
+class Reference(NamedTuple):
+    out: torch.Tensor      # [batch, q_len, heads, 512]
+    lse: torch.Tensor      # [batch, heads, q_len]
+    abs_out: torch.Tensor  # [batch, q_len, heads, 512]: sum_t p_t |v_t|, the scale of rounding the p_t
 
-    Computed on q's device in float64, a few heads at a time to bound memory.
+
+@torch.no_grad()
+def reference(q, kv, parent, prefix_lens, scale, kv_indices=None, head_chunk: int = 8) -> Reference:
+    """out, lse and abs_out (sum of the weights times |value|: what an error in the weights
+    is relative to), all float64. Computed on q's device, a few heads at a time to bound memory.
     """
     batch, q_len, heads, _ = q.shape
     out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.float64, device=q.device)
+    abs_out = torch.empty_like(out)
     lse = torch.empty((batch, heads, q_len), dtype=torch.float64, device=q.device)
     for b, prefix in enumerate(prefix_lens.tolist()):
         kv_len = prefix + q_len
@@ -39,4 +47,5 @@ def reference(q, kv, parent, prefix_lens, scale, kv_indices=None, head_chunk: in
             lse[b, h0:h0 + head_chunk] = torch.logsumexp(scores, dim=-1)
             probs = torch.exp(scores - lse[b, h0:h0 + head_chunk, :, None])
             out[b, :, h0:h0 + head_chunk] = torch.einsum("hit,td->ihd", probs, keys[:, :LATENT])
-    return out, lse
+            abs_out[b, :, h0:h0 + head_chunk] = torch.einsum("hit,td->ihd", probs, keys[:, :LATENT].abs())
+    return Reference(out, lse, abs_out)

@@ -30,6 +30,8 @@ class Impl:
     color: str = ""                     # plots; default: from the entry's position
     baseline: bool = False              # the implementation speedups are taken over
     under_test: bool = True             # a kernel of this project (False: a peer timed beside them)
+    available: str = ""                 # "module:function" (device, capability) -> why not here, or None:
+                                        # an optional peer's own conditions (imported when asked)
 
     @property
     def cpp(self) -> str:
@@ -54,6 +56,9 @@ class Impl:
                 return f"{self.name} needs compute capability {self.min_arch / 10:.1f} or newer, this GPU is {cc / 10:.1f}"
             if self.arch_family and capability[0] not in self.arch_family:
                 return f"{self.name} runs on sm_{'/'.join(str(a) for a in self.arch_family)}x only, this GPU is sm_{cc}"
+        if self.available:
+            module, name = self.available.split(":")
+            return getattr(importlib.import_module(module), name)(device, capability)
         return None
 
     def rejects(self, chain: bool, paged: bool) -> str | None:
@@ -74,9 +79,14 @@ _ENTRIES = [
          cuda_sources=("naive.cu",), cpu_sources=("cpu.cpp",), color="tab:gray", baseline=True),
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
+    Impl("tc", "tensor cores (mma.sync bf16, fp32 accumulation): a cache tile shared by every head and tree row",
+         cuda_sources=("tc.cu",), min_arch=80, tolerance="bf16_p", color="tab:green"),
     Impl("torch", "the plain torch composite a careful user would write instead",
-         runner="verify_attn.ops:torch_composite", tolerance="torch", color="tab:orange",
+         runner="verify_attn.ops:torch_composite", color="tab:orange",
          under_test=False),
+    Impl("flashmla", "DeepSeek's FlashMLA (Hopper wgmma+TMA, 64-token pages, causal masks only): the reference line",
+         runner="verify_attn.flashmla:run", available="verify_attn.flashmla:unavailable", trees="chain",
+         paged=False, arch_family=(9,), color="tab:red", under_test=False),
 ]
 IMPLS: dict[str, Impl] = {i.name: i for i in _ENTRIES}
 

@@ -26,14 +26,30 @@ def device() -> str:
     return os.environ.get("VERIFY_ATTN_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def selection(variant: str = "full") -> grid.Selection:
-    """What a variant (full, quick, cold) measures on this device (VERIFY_ATTN_GRID=tiny: two points)."""
+def selection(variant: str = "full"):
+    """What a variant (full, quick, cold, chain, serving) measures on this device
+    (VERIFY_ATTN_GRID=tiny: two points)."""
     table = "tiny" if os.environ.get("VERIFY_ATTN_GRID") == "tiny" else device()
     return grid.SELECTIONS.get(table, grid.SELECTIONS["cpu"])[variant]
 
 
-def impls(variant: str = "full") -> tuple[str, ...]:
-    return registry.under_test() if selection(variant).impls == "under_test" else registry.names()
+def impls(variant: str = "full") -> list[str]:
+    sel = selection(variant)
+    chosen = registry.under_test() if sel.impls == "under_test" else registry.names()
+    return [i for i in chosen if i not in sel.exclude]
+
+
+def _entry(r, peak) -> dict:
+    """What the asv classes and the reports read of one measured point."""
+    entry = {"skipped": r.skipped, "flops": r.cost.flops, "bytes": r.cost.bytes,
+             "roofline_s": r.cost.roofline_s(peak.flops, peak.bytes_per_s), "plan": r.plan}
+    if r.error is not None:
+        entry.update(ok=r.error.ok, reason=r.error.reason, max_rel=r.error.max_rel)
+    if r.timing is not None:
+        entry.update(samples=r.timing.samples, number=r.timing.number, median=r.timing.median,
+                     sm_clock_mhz=r.timing.sm_clock_mhz, dropped=r.timing.dropped, baseline_s=r.baseline_s,
+                     clock_screened=r.timing.clock_screened)
+    return entry
 
 
 def timer(cold: bool = False) -> Timer:
@@ -64,17 +80,25 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full") -> dict:
     out = {"device": dev, "heads": heads or (0,), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
-        case = cases.grid_case(h, q_len, prefix)
-        for impl, r in measure_case(case, list(impls(variant)), tm).items():
-            entry = {"skipped": r.skipped, "flops": r.cost.flops, "bytes": r.cost.bytes,
-                     "roofline_s": r.cost.roofline_s(peak.flops, peak.bytes_per_s), "plan": r.plan}
-            if r.error is not None:
-                entry.update(ok=r.error.ok, reason=r.error.reason, max_rel=r.error.max_rel)
-            if r.timing is not None:
-                entry.update(samples=r.timing.samples, number=r.timing.number, median=r.timing.median,
-                             sm_clock_mhz=r.timing.sm_clock_mhz, dropped=r.timing.dropped,
-                             baseline_s=r.baseline_s)
-            out["results"][(h, q_len, prefix, impl)] = entry
+        case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+        for impl, r in measure_case(case, impls(variant), tm).items():
+            out["results"][(h, q_len, prefix, impl)] = _entry(r, peak)
         progress(f"[verify_attn] {variant} heads={h} case {n}/{len(points)} q_len={q_len} "
                  f"prefix_len={prefix} ({time.perf_counter() - t0:.0f} s)")
+    return out
+
+
+def measure_serving() -> dict:
+    """Measure every serving step of this device's selection, keyed (batch, heads, q_len, impl)."""
+    sel = selection("serving")
+    peak = peaks(device())
+    tm = timer()
+    out = {"device": device(), "peaks": peak.__dict__, "results": {}}
+    t0 = time.perf_counter()
+    for n, (batch, heads, q_len) in enumerate(sel.points(), 1):
+        case = cases.serving_case(batch, heads, q_len)
+        for impl, r in measure_case(case, impls("serving"), tm).items():
+            out["results"][(batch, heads, q_len, impl)] = _entry(r, peak)
+        progress(f"[verify_attn] serving case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
+                 f"({time.perf_counter() - t0:.0f} s)")
     return out

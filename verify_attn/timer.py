@@ -5,8 +5,10 @@ GPU is held in a spin kernel long enough for the host to enqueue all the calls, 
 events time the calls and not the host's launch rate (nvbench's blocking kernel). Calls
 rotate over several input sets whose data is larger than the L2 cache, so a large case is
 not timed from cache; the cold variant also overwrites the L2 before every single call.
-The SM clock is read after every sample: samples taken under 75% of the highest clock seen
-are dropped and taken again, and the median clock is recorded.
+The SM clock is read after every sample (NVML, through nvidia-ml-py): samples taken under
+75% of the highest clock seen are dropped and taken again, and the median clock is
+recorded. Where the clock cannot be read on a GPU, the timer warns once and records that
+its samples were not screened.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import math
 import statistics
 import time
+import warnings
 from typing import Callable, Sequence
 
 import torch
@@ -28,6 +31,7 @@ class Timing:
     number: int                   # calls per sample
     sm_clock_mhz: float | None    # median SM clock over the samples (GPU with NVML)
     dropped: int = 0              # samples dropped for a low clock
+    clock_screened: bool = False  # whether the SM clock was read, so low-clock samples were screened
 
     @property
     def median(self) -> float:
@@ -41,8 +45,19 @@ class Timing:
 def _sm_clock() -> float | None:
     try:
         return float(torch.cuda.clock_rate())
-    except Exception:  # no NVML (pynvml) or not an NVIDIA device
+    except Exception:  # no NVML (nvidia-ml-py) or not an NVIDIA device
         return None
+
+
+_warned = False
+
+
+def _warn_unscreened(reason: str) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        warnings.warn(f"verify_attn.timer: the SM clock cannot be read ({reason}); samples taken at a low "
+                      "clock are not screened out", RuntimeWarning, stacklevel=3)
 
 
 class _Flusher:
@@ -70,6 +85,9 @@ class Timer:
         self.cuda = device == "cuda"
         self._flush = _Flusher(torch.cuda.current_device()) if (self.cuda and cold) else None
         self._max_clock = 0.0
+        self.screens_clock = self.cuda and _sm_clock() is not None
+        if self.cuda and not self.screens_clock:
+            _warn_unscreened("no NVML: pip install nvidia-ml-py")
 
     def _sync(self):
         if self.cuda:
@@ -119,7 +137,7 @@ class Timer:
         """Time several variants side by side: their samples alternate, so drift in clocks or
         temperature over the run touches every variant alike."""
         plan = {name: self._calibrate(calls) for name, calls in variants.items()}
-        results = {name: Timing([], number, None) for name, (number, _) in plan.items()}
+        results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _) in plan.items()}
         clocks = {name: [] for name in variants}
         offset = 0
         while any(len(r.samples) < self.samples for r in results.values()):

@@ -26,6 +26,9 @@ def main(argv=None) -> int:
     p.add_argument("--prefix-len", nargs="+", type=int, default=list(d["prefix_lens"]))
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--tree", default="random", choices=cases.TREES)
+    p.add_argument("--pad-to", type=int, default=None,
+                   help="kv rows per element rounded up to a multiple of this (default: 64 for a chain, as the "
+                        "Chain benchmarks, so that FlashMLA's 64-token pages can read it; else 1)")
     p.add_argument("--samples", type=int, default=15)
     p.add_argument("--cold", action="store_true", help="flush the L2 cache before every call")
     args = p.parse_args(argv)
@@ -42,7 +45,8 @@ def main(argv=None) -> int:
     for heads in args.heads:
         for q_len in args.q_len:
             for prefix in args.prefix_len:
-                case = cases.grid_case(heads, q_len, prefix, args.batch, args.tree)
+                pad = args.pad_to or (grid.CHAIN.pad_to if args.tree == "chain" else 1)
+                case = cases.grid_case(heads, q_len, prefix, args.batch, args.tree, pad)
                 for impl, r in measure_case(case, args.impl, timer).items():
                     if r.skipped:
                         print(f"{case.name:22s} {impl:8s} skipped: {r.skipped}")

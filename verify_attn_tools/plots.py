@@ -302,6 +302,40 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
     plt.close(fig)
 
 
+def plot_chain(runs: list[Run], path: Path, machine: str = "") -> list[str]:
+    """Achieved TFLOP/s on the chain tree (the causal mask FlashMLA also takes), a panel per
+    (heads, q_len), a line per implementation against prefix length; FlashMLA, where it was
+    timed, is the black reference line to beat. Newest commit with Chain results."""
+    found = latest(runs, "Chain", "track_time")
+    if not found:
+        raise Skip("no Chain results")
+    run, times = found
+    flops = run.grid("Chain", "track_flops")
+    panels = sorted({(h, q) for h, q, _, _ in times})
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.5 + 3.6 * len(panels), 4.2), squeeze=False, sharey=True)
+    impls = ordered(i for *_, i in times)
+    for ax, (h, q) in zip(axes[0], panels):
+        prefixes = sorted({p for hh, qq, p, _ in times if (hh, qq) == (h, q)})
+        for impl in impls:
+            pts = [(p, flops[(h, q, p, impl)] / times[(h, q, p, impl)] / 1e12) for p in prefixes
+                   if (h, q, p, impl) in times and (h, q, p, impl) in flops and times[(h, q, p, impl)] > 0]
+            if not pts:
+                continue
+            ref = impl == "flashmla"
+            ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=2.5 if ref else 1.5,
+                    color="k" if ref else registry.color(impl), ls="--" if ref else style(impl), label=impl)
+        ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
+        ax.set(xlabel="prefix length", yscale="log", title=f"heads {h}, q_len {q}")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("achieved TFLOP/s (recorded FLOPs / median time)")
+    axes[0][-1].legend(fontsize=7, loc="best")
+    fig.suptitle(f"Chain tree, batch 1, {machine} @{run.commit[:8]} (FlashMLA: black, dashed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return impls
+
+
 CAPTIONS = {
     "roofline": "Roofline: achieved TFLOP/s (cost-model FLOPs / median time) of each implementation at "
                 "each grid point of the newest commit measured, against arithmetic intensity (FLOP per "
@@ -311,12 +345,15 @@ CAPTIONS = {
                "head count (newest commit that measured it).",
     "peak_fraction": "Fraction of peak = roofline time / measured time, the roofline time from the "
                      "tree-aware cost model and the machine's peaks; a line per q_len and implementation.",
+    "chain": "Chain tree (the causal mask FlashMLA also takes), batch 1: achieved TFLOP/s of each "
+             "implementation against prefix length, a panel per (heads, q_len); FlashMLA, where it ran, "
+             "is the dashed black reference line a kernel has to beat.",
     "history": f"History: speedup over naive and fraction of peak of {', '.join(grid.HEADLINE['impls'])} at the "
                f"headline cases (heads {grid.HEADLINE['heads']}, q_len {grid.HEADLINE['q_len']}, prefix "
                f"{'/'.join(str(p) for p in grid.HEADLINE['prefix_lens'])}), commit by commit.",
 }
 PLOTS = {"roofline": plot_roofline, "speedup": plot_speedup, "peak_fraction": plot_peak_fraction,
-         "history": plot_history}
+         "chain": plot_chain, "history": plot_history}
 
 
 def write_index(out_dir: Path, figures: list[tuple[str, str, str]], skipped: list[str]) -> Path:

@@ -1,0 +1,832 @@
+// The tc kernel: the verify attention on tensor cores (bf16 mma.sync m16n8k16, fp32
+// accumulation), for sm_80 and every later architecture.
+//
+// In MLA every head reads the same cache row, so a block takes up to 64 query rows, the
+// (token, head) pairs of one batch element in token-major order (row = i * heads + h), and
+// streams the element's cache rows through shared memory once for all of them:
+//   S = Q K^T   over the 576 dims of a row (latent || rope)
+//   O += P V    with V the first 512 dims of the same shared-memory tile
+// Per tile of N cache rows, 8 warps in a WR x WC grid: warp (wr, wc) computes the scores of
+// its 64/WR rows for N/WC of the keys, and the output of the same rows for 512/WC of the
+// columns, so O stays in registers (128 fp32 a thread). The row maxima of the WC warps that
+// share rows are exchanged through shared memory, the probabilities too (every warp needs the
+// whole tile's P of its rows for PV). P goes to the tensor cores as plain bf16 (each
+// probability moves by at most 2^-9 relative; the project's tolerance allows for it).
+//
+// With N = 64 the scores are split over the dims as well: the two warps (wc = 2 kq + dh) of a
+// pair compute the same 32 rows x 32 keys, warp dh over half of the 36 k-steps, and swap halves
+// through shared memory (the P buffer, free at that point), so each ends with its own 32 x 16
+// of full scores. That reads 2/3 of the Q and K bytes of the plain split (ldmatrix bandwidth
+// is the wall of QK^T) and gives each warp 8 accumulator chains instead of 4.
+// The k-step groups of QK^T are unrolled by 3 and the k16 steps of PV by 2 so that ldmatrix
+// results of the next group are in flight during this group's mma (the kernel is latency
+// bound: 2 warps a scheduler). The row maxima and P are exchanged on a named barrier per row
+// group; one __syncthreads a tile remains (the buffer the next tile is loaded into).
+//
+// Shared memory is chosen at plan time from the device's opt-in limit:
+//   227 KB (sm_90):      N = 64, 2 stages
+//   163 KB (sm_80):      N = 32, 2 stages
+//    99 KB (sm_86/89/120): N = 16, 1 stage
+// Cache rows come through cp.async 16 B (one thread group per row, the row offset in int64,
+// fetched a tile ahead) into a swizzled layout (16-byte chunk c of row r at c ^ (r & 7)
+// within its 128-byte group), so ldmatrix reads are conflict free. Rows past the range are
+// zero filled from a valid address.
+//
+// Tiles run from the top of a block's key range down. The tree mask is needed only on tiles
+// that reach the tree rows [prefix, prefix + q_len) (or the end of the range); for those a
+// 64-bit visibility word per token is built from the parent array by a walk that resumes
+// from tile to tile (tiles descend, so every ancestor is visited once over the whole range).
+//
+// When batch x m-groups cannot fill the SMs the keys are split: the splits of all elements
+// are dealt out by work (tiles + a fixed overhead each) from the prefix lengths on the device,
+// so ragged batches stay balanced, and a second kernel merges the partials by log-sum-exp.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "verify_attn.h"
+
+#ifndef VA_TC_QK_UNROLL
+#define VA_TC_QK_UNROLL 3  // unroll of the 9 groups of 4 k-steps of the dim-split QK^T
+#endif
+#ifndef VA_TC_PV_UNROLL
+#define VA_TC_PV_UNROLL 2  // unroll of the k16 steps of PV
+#endif
+
+namespace verify_attn {
+namespace {
+
+constexpr int kQkUnroll = VA_TC_QK_UNROLL;
+constexpr int kPvUnroll = VA_TC_PV_UNROLL;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kRows = 64;                  // query rows a block (m-group), at most
+constexpr int kChunks = kKeyDim / 8;       // 72 chunks of 16 bytes a cache row
+constexpr int kRowBytes = kKeyDim * 2;     // 1152
+constexpr int kKSteps = kKeyDim / 16;      // 36 k-steps of QK^T
+constexpr int kInfoBytes = 64;
+constexpr int kSplitOverheadTiles = 4;     // cost of a split beyond its tiles, in tiles
+constexpr int kMaxSplits = 128;
+constexpr int kMergeWarps = 4;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// WR x WC warps; MT m16 tiles a warp (rows 16*MT); NTS n8 tiles of scores a warp.
+// KSPLIT: QK^T of a warp pair split over the dims (see the top of the file).
+template <int WR_, int WC_, int MT_, int NTS_, int STAGES_, bool KSPLIT_>
+struct Config {
+  static constexpr int WR = WR_, WC = WC_, MT = MT_, NTS = NTS_, STAGES = STAGES_;
+  static constexpr bool KSPLIT = KSPLIT_;
+  static constexpr int kXchFloats = MT * NTS * 4;  // floats a lane sends to its pair
+  static constexpr int N = WC * NTS * 8;           // keys a tile
+  static constexpr int ON = kLatent / (WC * 8);    // n8 tiles of O a warp
+  static constexpr int TPR = kThreads / N;         // threads a cache row when loading
+  static constexpr int kPRow = N * 2;              // bytes of a P row
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffKV = kRows * kRowBytes;
+  static constexpr int kOffPhi = kOffKV + STAGES * N * kRowBytes;
+  static constexpr int kOffMax = kOffPhi + kRows * kPRow;
+  static constexpr int kOffMask = kOffMax + WC * kRows * 4;
+  static constexpr int kOffInfo = kOffMask + 2 * kRows * 8;
+  static constexpr int kOffParent = kOffInfo + kInfoBytes;
+  static_assert(WR * WC == kWarps, "8 warps");
+  static_assert(WR * MT * 16 == kRows, "64 rows");
+  static_assert(ON * WC * 8 == kLatent && ON % 8 == 0, "O columns: whole 128-byte groups a warp");
+  static_assert(N * TPR == kThreads && N % 16 == 0, "tile rows");
+  static_assert(NTS == 1 || NTS % 2 == 0, "score tiles");
+  static_assert(!KSPLIT || (WC % 2 == 0 && (WR * WC / 2) * 32 * kXchFloats * 4 <= kRows * kPRow),
+                "pair exchange fits in the P buffer");
+  static_assert(kOffMask % 16 == 0, "alignment");
+};
+using CfgLarge = Config<2, 4, 2, 2, 2, true>;    // N = 64, 2 stages, dim-split QK^T: 227 KB parts
+using CfgMid = Config<2, 4, 2, 1, 2, false>;     // N = 32, 2 stages: 163 KB parts
+using CfgSmall = Config<4, 2, 1, 1, 1, false>;   // N = 16, 1 stage: 99 KB parts
+
+// Derived from the plan on the host; the same for every block.
+struct TcArgs {
+  int R;           // query rows an element: heads * q_len
+  int group_rows;  // rows an m-group (multiple of 16, <= 64)
+  int slots;       // 0: one block per (m-group, element), written directly; else partial slots
+  int parent_cap;  // parent entries staged in shared memory
+  float* ws_o;     // slots x R x 512, normalised partial outputs
+  float* ws_lse;   // slots x R, log2 units
+  int2* meta;      // batch: (first slot, splits) of each element
+};
+
+// ---------------------------------------------------------------------------------------
+// Small device helpers.
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte chunk c of a swizzled 576-wide row r.
+__device__ __forceinline__ int swz(int r, int c) { return (c & ~7) | ((c ^ r) & 7); }
+// Chunk c of a P row r, rows of CPR chunks (CPR = 8: c ^ (r & 7); fewer: rows share a line).
+template <int CPR>
+__device__ __forceinline__ int pswz(int r, int c) { return c ^ ((r / (8 / CPR)) & (CPR - 1)); }
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
+}
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ float ex2(float x) {  // 2^x, -inf -> +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// (lo, hi) -> bf16x2, lo in the low half; round to nearest even.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  uint32_t r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// Keys an element attends to: its prefix and its tree rows, never past the tensor.
+__device__ __forceinline__ int element_prefix(const Params& p, int b) {
+  const int n = prefix_len_of(p, b);
+  return n < 0 ? 0 : n;
+}
+__device__ __forceinline__ int element_keys(const Params& p, int b) {
+  return min(element_prefix(p, b) + p.q_len, p.kv_cols);
+}
+// The cache row of key t of element b, as kv_row does (indices clamped), in int64.
+__device__ __forceinline__ int64_t cache_row(const Params& p, int b, int t) {
+  int64_t row = int64_t(b) * p.kv_cols + t;
+  if (p.kv_indices != nullptr) {
+    const int64_t r = p.kv_indices[row];
+    row = (r < 0 || r >= p.pool_rows) ? 0 : r;
+  }
+  return row;
+}
+
+// Split mode: which element and key range slot `slot` covers. Every element gets at least
+// one split and the rest in proportion to its work; run by one warp, result in info[0..5]:
+// element (-1: none), key begin, key end, the element's first slot, its splits, this split.
+__device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* info) {
+  const int lane = threadIdx.x & 31;
+  auto work = [&](int b) -> int64_t { return (element_keys(p, b) + N - 1) / N + kSplitOverheadTiles; };
+  int64_t total = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32)
+    if (b0 + lane < p.batch) total += work(b0 + lane);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  const int64_t extra = a.slots - p.batch;
+  if (lane == 0) info[0] = -1;
+  __syncwarp();
+  int base = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32) {
+    const int b = b0 + lane;
+    const int n = b < p.batch ? 1 + int(extra * work(b) / total) : 0;
+    int incl = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const int first = base + incl - n;
+    if (n > 0 && slot >= first && slot < first + n) {
+      const int k = slot - first;
+      const int keys = element_keys(p, b);
+      const int64_t tiles = (keys + N - 1) / N;
+      const int64_t lo = int64_t(k) * tiles / n, hi = int64_t(k + 1) * tiles / n;
+      info[0] = b;
+      info[1] = int(lo * N);
+      info[2] = int(min(hi * N, int64_t(keys)));
+      info[3] = first;
+      info[4] = n;
+      info[5] = k;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// The block's pieces.
+
+// Issue the cp.async of one tile row (the thread's share of it) into a swizzled buffer.
+template <class C>
+__device__ __forceinline__ void load_tile_row(uint32_t s_buf, const uint16_t* kv, int64_t row, int tid) {
+  const int r = tid / C::TPR;
+  const bool ok = row >= 0;
+  const uint16_t* src = ok ? kv + row * kKeyDim : kv;
+  const int bytes = ok ? 16 : 0;
+  const uint32_t dst = s_buf + r * kRowBytes;
+#pragma unroll
+  for (int c = tid % C::TPR; c < kChunks; c += C::TPR)
+    cp_async16(dst + swz(r, c) * 16, ok ? src + c * 8 : src, bytes);
+}
+
+// S = Q K^T for the warp's MTA m16 tiles and NTS n8 key tiles over all 576 dims. The
+// swizzle repeats every 4 k-steps (one 128-byte group), so the addresses are 4 per-lane
+// offsets plus the group; the outer loop is kept rolled to bound the registers in flight.
+template <class C, int MTA>
+__device__ __forceinline__ void qk_tile(float (&s)[C::MT][C::NTS][4], uint32_t sQ, uint32_t sK, int wr,
+                                        int wc, int lane) {
+  const int qrow = wr * C::MT * 16 + (lane & 15);
+  const int qhi = lane >> 4;
+  const int krow = wc * C::NTS * 8 + (lane & 7) + (C::NTS >= 2 ? ((lane >> 4) << 3) : 0);
+  const int khi = (lane >> 3) & 1;
+  uint32_t qoff[4], koff[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    qoff[k] = sQ + qrow * kRowBytes + (((2 * k + qhi) ^ qrow) & 7) * 16;
+    koff[k] = sK + krow * kRowBytes + (((2 * k + khi) ^ krow) & 7) * 16;
+  }
+#pragma unroll 1
+  for (int kg = 0; kg < kKSteps / 4; ++kg) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      uint32_t af[MTA][4];
+#pragma unroll
+      for (int mt = 0; mt < MTA; ++mt) ldsm_x4(af[mt], qoff[k] + kg * 128 + mt * 16 * kRowBytes);
+      uint32_t bf[C::NTS][2];
+      if constexpr (C::NTS == 1) {
+        ldsm_x2(bf[0], koff[k] + kg * 128);
+      } else {
+#pragma unroll
+        for (int np = 0; np < C::NTS / 2; ++np) {
+          uint32_t x[4];
+          ldsm_x4(x, koff[k] + kg * 128 + np * 16 * kRowBytes);
+          bf[2 * np][0] = x[0];
+          bf[2 * np][1] = x[1];
+          bf[2 * np + 1][0] = x[2];
+          bf[2 * np + 1][1] = x[3];
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MTA; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NTS; ++nt) mma_bf16(s[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+    }
+  }
+}
+
+// KSPLIT: the pair's partial S = Q K^T for the warp's MTA m16 tiles and the pair's 2 NTS n8
+// key tiles (keys 2 NTS * 8 * kq ...), over the k-steps 4 kg + 2 kk + dh (half of the 36).
+template <class C, int MTA>
+__device__ __forceinline__ void qk_tile_half(float (&s)[C::MT][2 * C::NTS][4], uint32_t sQ, uint32_t sK,
+                                             int wr, int kq, int dh, int lane) {
+  const int qrow = wr * C::MT * 16 + (lane & 15);
+  const int qhi = lane >> 4;
+  const int krow = kq * 2 * C::NTS * 8 + (lane & 7) + ((lane >> 4) << 3);
+  const int khi = (lane >> 3) & 1;
+  uint32_t qoff[2], koff[2];
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    const int k = 2 * kk + dh;
+    qoff[kk] = sQ + qrow * kRowBytes + (((2 * k + qhi) ^ qrow) & 7) * 16;
+    koff[kk] = sK + krow * kRowBytes + (((2 * k + khi) ^ krow) & 7) * 16;
+  }
+#pragma unroll kQkUnroll
+  for (int kg = 0; kg < kKSteps / 4; ++kg) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t af[MTA][4];
+#pragma unroll
+      for (int mt = 0; mt < MTA; ++mt) ldsm_x4(af[mt], qoff[kk] + kg * 128 + mt * 16 * kRowBytes);
+      uint32_t bf[2 * C::NTS][2];
+#pragma unroll
+      for (int np = 0; np < C::NTS; ++np) {
+        uint32_t x[4];
+        ldsm_x4(x, koff[kk] + kg * 128 + np * 16 * kRowBytes);
+        bf[2 * np][0] = x[0];
+        bf[2 * np][1] = x[1];
+        bf[2 * np + 1][0] = x[2];
+        bf[2 * np + 1][1] = x[3];
+      }
+#pragma unroll
+      for (int mt = 0; mt < MTA; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2 * C::NTS; ++nt) mma_bf16(s[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+    }
+  }
+}
+
+// KSPLIT: swap halves with the pair through shared memory (the slot is lane-linear, so
+// conflict free), two steps on the pair's named barrier: dh 1 sends the tiles dh 0 keeps,
+// then dh 0 sends the others. s ends with the warp's own NTS tiles of full scores.
+template <class C>
+__device__ __forceinline__ void pair_exchange(float (&sf)[C::MT][2 * C::NTS][4], float (&s)[C::MT][C::NTS][4],
+                                              uint32_t slot, int bar_id, int dh, int lane) {
+  constexpr int NTS = C::NTS;
+  const uint32_t base = slot + lane * 16;
+  auto put = [&](int half) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NTS; ++nt) {
+        const float* v = sf[mt][half * NTS + nt];
+        asm volatile("st.shared.v4.f32 [%0], {%1,%2,%3,%4};\n" ::"r"(base + (mt * NTS + nt) * 512), "f"(v[0]),
+                     "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+      }
+  };
+  auto add = [&](int half) {
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NTS; ++nt) {
+        float v[4];
+        asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];\n"
+                     : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(base + (mt * NTS + nt) * 512) : "memory");
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sf[mt][half * NTS + nt][e] += v[e];
+      }
+  };
+  if (dh) put(0);
+  named_barrier(bar_id, 64);
+  if (!dh) {
+    add(0);
+    put(1);
+  }
+  named_barrier(bar_id, 64);
+  if (dh) add(1);
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NTS; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = dh ? sf[mt][NTS + nt][e] : sf[mt][nt][e];
+}
+
+// O += P V for the warp's MTA m16 tiles and its ON n8 column tiles, P from shared memory.
+template <class C, int MTA>
+__device__ __forceinline__ void pv_tile(float (&o)[C::MT][C::ON][4], uint32_t sPhi, uint32_t sV, int wr,
+                                        int wc, int lane) {
+  constexpr int CPR = C::N / 8;
+  const int prow = wr * C::MT * 16 + (lane & 15);
+  const int phi = lane >> 4;
+  const int vrow = (lane & 7) + (((lane >> 3) & 1) << 3);
+  const int vhi = lane >> 4;
+#pragma unroll kPvUnroll
+  for (int kk = 0; kk < C::N / 16; ++kk) {
+    uint32_t ah[MTA][4];
+#pragma unroll
+    for (int mt = 0; mt < MTA; ++mt) {
+      const int r = prow + mt * 16;
+      const int c = 2 * kk + phi;
+      ldsm_x4(ah[mt], sPhi + r * C::kPRow + pswz<CPR>(r, c) * 16);
+    }
+    const uint32_t vbase = sV + (16 * kk + vrow) * kRowBytes + wc * C::ON * 16;
+#pragma unroll
+    for (int np = 0; np < C::ON / 2; ++np) {
+      uint32_t x[4];
+      ldsm_x4_t(x, vbase + (np >> 2) * 128 + (((2 * (np & 3) + vhi) ^ vrow) & 7) * 16);
+#pragma unroll
+      for (int mt = 0; mt < MTA; ++mt) {
+        mma_bf16(o[mt][2 * np], ah[mt], x[0], x[1]);
+        mma_bf16(o[mt][2 * np + 1], ah[mt], x[2], x[3]);
+      }
+    }
+  }
+}
+
+template <class C>
+__global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t sbase = smem_u32(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wr = warp / C::WC, wc = warp % C::WC;
+  const int g = lane >> 2, t4 = lane & 3;
+  int* info = reinterpret_cast<int*>(smem + C::kOffInfo);
+  int32_t* s_parent = reinterpret_cast<int32_t*>(smem + C::kOffParent);
+  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + C::kOffMask);
+  float* s_max = reinterpret_cast<float*>(smem + C::kOffMax);
+  const uint32_t sQ = sbase + C::kOffQ;
+  const uint32_t sPhi = sbase + C::kOffPhi;
+
+  // Which element, which rows, which keys.
+  const int R = a.R;
+  const int R0 = blockIdx.x * a.group_rows;
+  int b, key_lo = 0, key_hi, slot = 0;
+  if (a.slots == 0) {
+    b = blockIdx.y;
+    key_hi = element_keys(p, b);
+  } else {
+    slot = blockIdx.y;
+    if (warp == 0) locate(p, a, slot, C::N, info);
+    __syncthreads();
+    b = info[0];
+    if (b < 0) return;  // a slot no element needed (the block is uniform: all leave)
+    key_lo = info[1];
+    key_hi = info[2];
+    if (tid == 0 && blockIdx.x == 0 && info[5] == 0) a.meta[b] = make_int2(info[3], info[4]);
+  }
+  const int P = element_prefix(p, b);
+  const int rows_valid = min(a.group_rows, R - R0);
+  const int mt_act = min(max((rows_valid + 15) / 16 - wr * C::MT, 0), C::MT);
+  const int i_lo = R0 / p.heads;
+  const int ntok = (R0 + rows_valid - 1) / p.heads - i_lo + 1;
+  const int ntiles = key_hi > key_lo ? (key_hi - key_lo + C::N - 1) / C::N : 0;
+  const int mask_from = min(P, key_hi);  // keys below this need no mask
+  const int32_t* parent_g = p.parent + int64_t(b) * p.q_len;
+
+  auto tile_t0 = [&](int j) { return key_lo + (ntiles - 1 - j) * C::N; };
+  auto tile_masked = [&](int j) { return tile_t0(j) + C::N > mask_from; };
+  auto row_for = [&](int j) -> int64_t {
+    const int t = tile_t0(j) + tid / C::TPR;
+    return t < key_hi ? cache_row(p, b, t) : int64_t(-1);
+  };
+  auto kv_buf = [&](int s) -> uint32_t { return sbase + C::kOffKV + s * (C::N * kRowBytes); };
+
+  // Visibility words of tile j, one per token: bit k <-> key tile_t0(j) + k.
+  int walk = tid < ntok ? i_lo + tid : -1;
+  auto build_mask = [&](int j) {
+    if (tid < ntok) {
+      const int t0 = tile_t0(j);
+      uint64_t word = 0;
+      const int pre_hi = min(t0 + C::N, mask_from);
+      if (pre_hi > t0) word = pre_hi - t0 >= 64 ? ~0ull : (1ull << (pre_hi - t0)) - 1;
+      const int w0 = max(t0, P) - P, w1 = min(t0 + C::N, key_hi) - P;
+      if (w1 > w0) {
+        int k = walk;
+        while (k >= w0) {
+          if (k < w1) word |= 1ull << (k + P - t0);
+          const int pk = k < a.parent_cap ? s_parent[k] : __ldg(parent_g + k);
+          k = pk < k ? pk : -1;
+        }
+        walk = k;
+      }
+      s_mask[(j & 1) * kRows + tid] = word;
+    }
+  };
+
+  // Prologue: parents, Q and the first tile in flight.
+  for (int i = tid; i < a.parent_cap; i += kThreads) s_parent[i] = __ldg(parent_g + i);
+  {
+    const int r = tid >> 2;
+    const bool ok = r < rows_valid;
+    const uint16_t* src = ok ? p.q + (int64_t(b) * R + R0 + r) * kKeyDim : p.q;
+#pragma unroll
+    for (int k = 0; k < kChunks / 4; ++k) {
+      const int c = (tid & 3) + 4 * k;
+      cp_async16(sQ + r * kRowBytes + swz(r, c) * 16, ok ? src + c * 8 : src, ok ? 16 : 0);
+    }
+  }
+  if (ntiles > 0) load_tile_row<C>(kv_buf(0), p.kv, row_for(0), tid);
+  cp_async_commit();
+  int64_t row_next = (C::STAGES == 2 && ntiles > 1) ? row_for(1) : int64_t(-1);
+  __syncthreads();  // parents visible
+  if (ntiles > 0 && tile_masked(0)) build_mask(0);
+
+  const float qk_scale = p.scale * kLog2e;
+  float m_run[C::MT][2], l_run[C::MT][2];
+  float o[C::MT][C::ON][4];
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) m_run[mt][h] = -INFINITY, l_run[mt][h] = 0.f;
+#pragma unroll
+    for (int n = 0; n < C::ON; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][n][e] = 0.f;
+  }
+
+  for (int j = 0; j < ntiles; ++j) {
+    const int buf = C::STAGES == 2 ? (j & 1) : 0;
+    cp_async_wait_all();
+    __syncthreads();  // tile j landed everywhere; everyone is done with tile j - 1
+    if (C::STAGES == 2 && j + 1 < ntiles) {
+      load_tile_row<C>(kv_buf(buf ^ 1), p.kv, row_next, tid);
+      cp_async_commit();
+      if (j + 2 < ntiles) row_next = row_for(j + 2);
+      if (tile_masked(j + 1)) build_mask(j + 1);
+    }
+    const uint32_t sK = kv_buf(buf);
+    const bool masked = tile_masked(j);
+
+    float s[C::MT][C::NTS][4];
+    if constexpr (C::KSPLIT) {
+      float sf[C::MT][2 * C::NTS][4];
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 2 * C::NTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) sf[mt][nt][e] = 0.f;
+      const int kq = wc >> 1, dh = wc & 1;
+      if (mt_act == C::MT) qk_tile_half<C, C::MT>(sf, sQ, sK, wr, kq, dh, lane);
+      else if (C::MT > 1 && mt_act > 0) qk_tile_half<C, 1>(sf, sQ, sK, wr, kq, dh, lane);
+      // The P buffer is free: every warp is past the PV of the previous tile (barrier above).
+      const int pair = wr * (C::WC / 2) + kq;
+      pair_exchange<C>(sf, s, sPhi + pair * (32 * C::kXchFloats * 4), 3 + pair, dh, lane);
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < C::NTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+      if (mt_act == C::MT) qk_tile<C, C::MT>(s, sQ, sK, wr, wc, lane);
+      else if (C::MT > 1 && mt_act > 0) qk_tile<C, 1>(s, sQ, sK, wr, wc, lane);
+    }
+
+    // Scale to log2 units, mask, row maxima of the warp's keys.
+    float mx[C::MT][2];
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt) {
+      uint64_t words[2] = {~0ull, ~0ull};
+      if (masked) {  // the rows' tokens (padding rows take the last one)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = min(wr * C::MT * 16 + mt * 16 + g + 8 * h, rows_valid - 1);
+          words[h] = s_mask[(j & 1) * kRows + (R0 + r) / p.heads - i_lo];
+        }
+      }
+      mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < C::NTS; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = wc * C::NTS * 8 + nt * 8 + 2 * t4 + (e & 1);
+          float v = s[mt][nt][e] * qk_scale;
+          if (!((words[e >> 1] >> key) & 1)) v = -INFINITY;
+          s[mt][nt][e] = v;
+          mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], v);
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+        if (t4 == 0) s_max[wc * kRows + wr * C::MT * 16 + mt * 16 + g + 8 * h] = mx[mt][h];
+      }
+    }
+    // Maxima visible to the row group; its warps are past their reads of the pair slots.
+    named_barrier(1 + wr, C::WC * 32);
+
+    constexpr int CPR = C::N / 8;
+#pragma unroll
+    for (int mt = 0; mt < C::MT; ++mt) {
+      float corr[2], mu[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = wr * C::MT * 16 + mt * 16 + g + 8 * h;
+        float mn = m_run[mt][h];
+#pragma unroll
+        for (int w = 0; w < C::WC; ++w) mn = fmaxf(mn, s_max[w * kRows + r]);
+        mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing visible yet: p = 0, no NaN
+        corr[h] = ex2(m_run[mt][h] - mu[h]);
+        m_run[mt][h] = mn;
+        l_run[mt][h] *= corr[h];
+      }
+#pragma unroll
+      for (int n = 0; n < C::ON; ++n) {
+        o[mt][n][0] *= corr[0];
+        o[mt][n][1] *= corr[0];
+        o[mt][n][2] *= corr[1];
+        o[mt][n][3] *= corr[1];
+      }
+#pragma unroll
+      for (int nt = 0; nt < C::NTS; ++nt) {
+        const int c = wc * C::NTS + nt;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float p0 = ex2(s[mt][nt][2 * h] - mu[h]);
+          const float p1 = ex2(s[mt][nt][2 * h + 1] - mu[h]);
+          l_run[mt][h] += p0 + p1;
+          const int r = wr * C::MT * 16 + mt * 16 + g + 8 * h;
+          st_shared_b32(sPhi + r * C::kPRow + pswz<CPR>(r, c) * 16 + t4 * 4, pack_bf16(p0, p1));
+        }
+      }
+    }
+    named_barrier(1 + wr, C::WC * 32);  // P of the row group visible to its warps
+
+    if (mt_act == C::MT) pv_tile<C, C::MT>(o, sPhi, sK, wr, wc, lane);
+    else if (C::MT > 1 && mt_act > 0) pv_tile<C, 1>(o, sPhi, sK, wr, wc, lane);
+
+    if (C::STAGES == 1 && j + 1 < ntiles) {
+      __syncthreads();  // everyone is done with the single buffer
+      load_tile_row<C>(kv_buf(0), p.kv, row_for(j + 1), tid);
+      cp_async_commit();
+      if (tile_masked(j + 1)) build_mask(j + 1);
+    }
+  }
+  cp_async_wait_all();
+
+  // Row sums over the quad and the WC warps of the row.
+  __syncthreads();  // every warp is past its last read of s_max
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float l = l_run[mt][h];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      if (t4 == 0) s_max[wc * kRows + wr * C::MT * 16 + mt * 16 + g + 8 * h] = l;
+    }
+  __syncthreads();
+
+  const bool direct = a.slots == 0;
+#pragma unroll
+  for (int mt = 0; mt < C::MT; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wr * C::MT * 16 + mt * 16 + g + 8 * h;
+      if (r >= rows_valid) continue;
+      float l = 0.f;
+#pragma unroll
+      for (int w = 0; w < C::WC; ++w) l += s_max[w * kRows + r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float lse2 = l > 0.f ? m_run[mt][h] + log2f(l) : -INFINITY;
+      const int rg = R0 + r;
+      if (direct) {
+        uint16_t* dst = p.out + (int64_t(b) * R + rg) * kLatent + wc * C::ON * 8 + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < C::ON; ++n)
+          *reinterpret_cast<uint32_t*>(dst + n * 8) = pack_bf16(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        if (wc == 0 && t4 == 0) {
+          const int i = rg / p.heads, hd = rg - i * p.heads;
+          p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = lse2 * kLn2;
+        }
+      } else {
+        float* dst = a.ws_o + (int64_t(slot) * R + rg) * kLatent + wc * C::ON * 8 + 2 * t4;
+#pragma unroll
+        for (int n = 0; n < C::ON; ++n)
+          *reinterpret_cast<float2*>(dst + n * 8) = make_float2(o[mt][n][2 * h] * inv, o[mt][n][2 * h + 1] * inv);
+        if (wc == 0 && t4 == 0) a.ws_lse[int64_t(slot) * R + rg] = lse2;
+      }
+    }
+}
+
+// One warp per output row: the element's splits weighted by 2^(lse_s - max).
+__global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * kMergeWarps + (threadIdx.x >> 5);
+  const int b = blockIdx.y;
+  if (r >= a.R) return;
+  const int2 meta = a.meta[b];
+  const int first = meta.x, n = meta.y;
+  const float* lse_col = a.ws_lse + r;
+  float m = -INFINITY;
+  for (int s = lane; s < n; s += 32) m = fmaxf(m, lse_col[int64_t(first + s) * a.R]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  float4 acc[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  float wsum = 0.f;
+  if (m != -INFINITY) {
+    for (int s = 0; s < n; ++s) {
+      const float w = ex2(lse_col[int64_t(first + s) * a.R] - m);
+      if (w == 0.f) continue;  // uniform over the warp
+      wsum += w;
+      const float4* src = reinterpret_cast<const float4*>(a.ws_o + (int64_t(first + s) * a.R + r) * kLatent);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float4 v = src[lane + 32 * k];
+        acc[k].x = fmaf(w, v.x, acc[k].x);
+        acc[k].y = fmaf(w, v.y, acc[k].y);
+        acc[k].z = fmaf(w, v.z, acc[k].z);
+        acc[k].w = fmaf(w, v.w, acc[k].w);
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  uint16_t* dst = p.out + (int64_t(b) * a.R + r) * kLatent;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint2 v;
+    v.x = pack_bf16(acc[k].x * inv, acc[k].y * inv);
+    v.y = pack_bf16(acc[k].z * inv, acc[k].w * inv);
+    reinterpret_cast<uint2*>(dst)[lane + 32 * k] = v;
+  }
+  if (lane == 0) {
+    const int i = r / p.heads, hd = r - i * p.heads;
+    p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = wsum > 0.f ? (m + log2f(wsum)) * kLn2 : -INFINITY;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Host side.
+
+int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+struct Layout {  // the plan's derived values, recomputed identically by plan and launch
+  int R, groups, group_rows, slots;
+  int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
+};
+
+Layout layout_of(const Params& p, const Plan& plan) {
+  Layout l;
+  l.R = p.heads * p.q_len;
+  l.groups = (l.R + kRows - 1) / kRows;
+  l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
+  l.slots = plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
+  l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
+  l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
+  l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
+  return l;
+}
+
+template <class C>
+int cfg_smem(int parent_cap) { return C::kOffParent + 4 * parent_cap; }
+
+template <class C>
+int launch_cfg(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  // Opt in to the dynamic shared memory once per device (legal during graph capture).
+  static int set_bytes[64] = {};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return int(err);
+  if (dev < 0 || dev >= 64 || set_bytes[dev] < plan.smem_bytes) {
+    err = cudaFuncSetAttribute(tc_attn<C>, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
+    if (err != cudaSuccess) return int(err);
+    if (dev >= 0 && dev < 64) set_bytes[dev] = plan.smem_bytes;
+  }
+  const Layout l = layout_of(p, plan);
+  TcArgs a;
+  a.R = l.R;
+  a.group_rows = l.group_rows;
+  a.slots = l.slots;
+  a.parent_cap = (plan.smem_bytes - C::kOffParent) / 4;
+  char* ws = static_cast<char*>(workspace);
+  a.ws_o = l.slots ? reinterpret_cast<float*>(ws) : nullptr;
+  a.ws_lse = l.slots ? reinterpret_cast<float*>(ws + l.ws_o_bytes) : nullptr;
+  a.meta = l.slots ? reinterpret_cast<int2*>(ws + l.ws_o_bytes + l.ws_lse_bytes) : nullptr;
+  const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
+  tc_attn<C><<<grid, kThreads, plan.smem_bytes, stream>>>(p, a);
+  if (l.slots) {
+    const dim3 mgrid((l.R + kMergeWarps - 1) / kMergeWarps, p.batch);
+    tc_merge<<<mgrid, kMergeWarps * 32, 0, stream>>>(p, a);
+  }
+  return int(cudaGetLastError());
+}
+
+}  // namespace
+
+Plan plan_tc(const Params& p, int num_sms) {
+  Plan plan;
+  if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return plan;
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+    optin = 48 * 1024;
+  int base = 0, n = 0;
+  if (optin >= CfgLarge::kOffParent) base = CfgLarge::kOffParent, n = CfgLarge::N;
+  else if (optin >= CfgMid::kOffParent) base = CfgMid::kOffParent, n = CfgMid::N;
+  else if (optin >= CfgSmall::kOffParent) base = CfgSmall::kOffParent, n = CfgSmall::N;
+  else return plan;  // no configuration fits: blocks = 0, launch refuses
+  const int parent_cap = min(p.q_len, (optin - base) / 4);
+  plan.threads = kThreads;
+  plan.keys_per_tile = n;
+  plan.smem_bytes = base + 4 * parent_cap;
+
+  const int R = p.heads * p.q_len;
+  const int groups = (R + kRows - 1) / kRows;
+  plan.rows_per_block = ((R + groups - 1) / groups + 15) / 16 * 16;
+  // Split only when the (m-group, element) blocks leave SMs idle; one block an SM.
+  const int64_t base_blocks = int64_t(p.batch) * groups;
+  int splits = 1;
+  if (base_blocks < num_sms) {
+    const int max_tiles = (p.kv_cols + n - 1) / n;
+    splits = int(num_sms / base_blocks);
+    splits = min(splits, max(1, max_tiles / 2));
+    splits = min(splits, kMaxSplits);
+  }
+  plan.num_splits = splits;
+  const int len = (p.kv_cols + splits - 1) / splits;  // nominal: splits are dealt out by work
+  plan.split_len = (len + n - 1) / n * n;
+  plan.blocks = int(base_blocks * splits);
+  const Layout l = layout_of(p, plan);
+  plan.workspace_bytes = l.ws_o_bytes + l.ws_lse_bytes + l.meta_bytes;
+  return plan;
+}
+
+int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return int(cudaSuccess);
+  if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
+  switch (plan.keys_per_tile) {
+    case CfgLarge::N: return launch_cfg<CfgLarge>(p, plan, workspace, stream);
+    case CfgMid::N: return launch_cfg<CfgMid>(p, plan, workspace, stream);
+    case CfgSmall::N: return launch_cfg<CfgSmall>(p, plan, workspace, stream);
+    default: return int(cudaErrorInvalidConfiguration);
+  }
+}
+
+}  // namespace verify_attn
