@@ -153,6 +153,25 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
 __device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v));
 }
+// max that returns NaN when either argument is NaN (fmaxf would return the other one).
+__device__ __forceinline__ float nan_max(float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+#else
+  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
+#endif
+}
+
+// Zeroes the non-finite bf16 halves of a word (exponent all ones); returns whether there were any.
+__device__ __forceinline__ bool zero_nonfinite(uint32_t& w) {
+  const bool lo = (w & 0x7f80u) == 0x7f80u, hi = (w & 0x7f800000u) == 0x7f800000u;
+  if (lo) w &= 0xffff0000u;
+  if (hi) w &= 0x0000ffffu;
+  return lo || hi;
+}
+
 __device__ __forceinline__ void named_barrier(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
@@ -417,6 +436,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
   int* info = reinterpret_cast<int*>(smem + C::kOffInfo);
   int32_t* s_parent = reinterpret_cast<int32_t*>(smem + C::kOffParent);
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + C::kOffMask);
+  // Per tile parity: the tile's rows that held a non-finite value (bit k <-> key t0 + k).
+  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + C::kOffInfo + 32);
   float* s_max = reinterpret_cast<float*>(smem + C::kOffMax);
   const uint32_t sQ = sbase + C::kOffQ;
   const uint32_t sPhi = sbase + C::kOffPhi;
@@ -458,6 +479,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
   // Visibility words of tile j, one per token: bit k <-> key tile_t0(j) + k.
   int walk = tid < ntok ? i_lo + tid : -1;
   auto build_mask = [&](int j) {
+    if (tid == 0) s_bad[j & 1] = 0;
     if (tid < ntok) {
       const int t0 = tile_t0(j);
       uint64_t word = 0;
@@ -520,6 +542,22 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
     }
     const uint32_t sK = kv_buf(buf);
     const bool masked = tile_masked(j);
+    if (masked) {
+      // A masked tile may hold a row that some query must not see (a sibling's tree row),
+      // and P V multiplies every row of the tile, 0 * NaN included. So its non-finite values
+      // are zeroed here, and a query that does attend such a row gets a NaN score below: the
+      // NaN contract (docs/op.md). Only the one or two tiles at the tree rows pay for this.
+      uint4* rows = reinterpret_cast<uint4*>(smem + C::kOffKV + buf * (C::N * kRowBytes));
+      for (int c = tid; c < C::N * kChunks; c += kThreads) {
+        uint4 v = rows[c];
+        const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
+        if (bad) {
+          rows[c] = v;
+          atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[j & 1]), 1ull << (c / kChunks));
+        }
+      }
+      __syncthreads();
+    }
 
     float s[C::MT][C::NTS][4];
     if constexpr (C::KSPLIT) {
@@ -552,6 +590,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
 #pragma unroll
     for (int mt = 0; mt < C::MT; ++mt) {
       uint64_t words[2] = {~0ull, ~0ull};
+      const uint64_t bad = masked ? s_bad[j & 1] : 0;
       if (masked) {  // the rows' tokens (padding rows take the last one)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -566,14 +605,16 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
         for (int e = 0; e < 4; ++e) {
           const int key = wc * C::NTS * 8 + nt * 8 + 2 * t4 + (e & 1);
           float v = s[mt][nt][e] * qk_scale;
+          // An attended key's non-finite score is a NaN (an inf scoring -inf must not weigh 0).
+          if (!(fabsf(v) < INFINITY) || ((bad >> key) & 1)) v = __int_as_float(0x7fffffff);
           if (!((words[e >> 1] >> key) & 1)) v = -INFINITY;
           s[mt][nt][e] = v;
-          mx[mt][e >> 1] = fmaxf(mx[mt][e >> 1], v);
+          mx[mt][e >> 1] = nan_max(mx[mt][e >> 1], v);
         }
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
-        mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+        mx[mt][h] = nan_max(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+        mx[mt][h] = nan_max(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
         if (t4 == 0) s_max[wc * kRows + wr * C::MT * 16 + mt * 16 + g + 8 * h] = mx[mt][h];
       }
     }
@@ -589,8 +630,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
         const int r = wr * C::MT * 16 + mt * 16 + g + 8 * h;
         float mn = m_run[mt][h];
 #pragma unroll
-        for (int w = 0; w < C::WC; ++w) mn = fmaxf(mn, s_max[w * kRows + r]);
-        mu[h] = mn == -INFINITY ? 0.f : mn;  // a row with nothing visible yet: p = 0, no NaN
+        for (int w = 0; w < C::WC; ++w) mn = nan_max(mn, s_max[w * kRows + r]);
+        mu[h] = mn == -INFINITY ? 0.f : mn;  // nothing visible yet: p = 0, no NaN; a NaN stays
         corr[h] = ex2(m_run[mt][h] - mu[h]);
         m_run[mt][h] = mn;
         l_run[mt][h] *= corr[h];
@@ -652,8 +693,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
       float l = 0.f;
 #pragma unroll
       for (int w = 0; w < C::WC; ++w) l += s_max[w * kRows + r];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
-      const float lse2 = l > 0.f ? m_run[mt][h] + log2f(l) : -INFINITY;
+      const bool empty = l == 0.f;  // no visible key in the range (a NaN sum is not empty)
+      const float inv = empty ? 0.f : 1.f / l;
+      const float lse2 = empty ? -INFINITY : m_run[mt][h] + log2f(l);
       const int rg = R0 + r;
       if (direct) {
         uint16_t* dst = p.out + (int64_t(b) * R + rg) * kLatent + wc * C::ON * 8 + 2 * t4;
@@ -684,9 +726,9 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
   const int first = meta.x, n = meta.y;
   const float* lse_col = a.ws_lse + r;
   float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = fmaxf(m, lse_col[int64_t(first + s) * a.R]);
+  for (int s = lane; s < n; s += 32) m = nan_max(m, lse_col[int64_t(first + s) * a.R]);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
   float4 acc[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -694,7 +736,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
   if (m != -INFINITY) {
     for (int s = 0; s < n; ++s) {
       const float w = ex2(lse_col[int64_t(first + s) * a.R] - m);
-      if (w == 0.f) continue;  // uniform over the warp
+      if (w == 0.f) continue;  // an empty split (uniform over the warp); NaN goes on
       wsum += w;
       const float4* src = reinterpret_cast<const float4*>(a.ws_o + (int64_t(first + s) * a.R + r) * kLatent);
 #pragma unroll
@@ -707,7 +749,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
       }
     }
   }
-  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  const float inv = wsum == 0.f ? 0.f : 1.f / wsum;
   uint16_t* dst = p.out + (int64_t(b) * a.R + r) * kLatent;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
@@ -718,7 +760,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
   }
   if (lane == 0) {
     const int i = r / p.heads, hd = r - i * p.heads;
-    p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = wsum > 0.f ? (m + log2f(wsum)) * kLn2 : -INFINITY;
+    p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = wsum == 0.f ? -INFINITY : (m + log2f(wsum)) * kLn2;
   }
 }
 

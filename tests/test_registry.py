@@ -59,7 +59,8 @@ print("OK")
 
 def test_a_registry_entry_is_all_a_new_implementation_needs(tmp_path):
     env = dict(os.environ, VERIFY_ATTN_GRID="tiny", VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_CPU_ONLY="1",
-               OUT_PNG=str(tmp_path / "peak.png"), PYTHONPATH=str(ROOT))
+               OUT_PNG=str(tmp_path / "peak.png"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
     proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "SKIP naive_gpu" in proc.stdout and "PASS naive_twin" in proc.stdout

@@ -80,7 +80,8 @@ def prepare(impl: str, inputs: cases.Inputs):
 def skip_reason(impl: str, case: cases.Case, inputs: cases.Inputs) -> str | None:
     entry = registry.get(impl)
     chain = all(is_chain(p) for p in inputs.parent.tolist())
-    return ops.unsupported(impl, inputs.q.device.type) or entry.rejects(chain, inputs.kv_indices is not None)
+    paged = inputs.kv_indices is not None
+    return ops.unsupported(impl, inputs.q.device.type) or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1])
 
 
 def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0) -> dict[str, Result]:

@@ -24,6 +24,7 @@ class Impl:
     runner: str = ""                    # "module:function" for an implementation in Python
     trees: str = "any"                  # "any" or "chain" (causal masks only)
     paged: bool = True                  # takes one-token pages through kv_indices
+    kv_multiple: int = 1                # contiguous kv rows per element must be a multiple of this
     min_arch: int = 0                   # lowest CUDA compute capability, e.g. 80 for mma.sync
     arch_family: tuple[int, ...] = ()   # only these capabilities' major versions, e.g. (9,)
     tolerance: str = "default"          # key of verify_attn.accuracy.TOLERANCE
@@ -61,12 +62,14 @@ class Impl:
             return getattr(importlib.import_module(module), name)(device, capability)
         return None
 
-    def rejects(self, chain: bool, paged: bool) -> str | None:
+    def rejects(self, chain: bool, paged: bool, kv_cols: int = 0) -> str | None:
         """Why this implementation does not take a case of this shape, or None."""
         if self.trees == "chain" and not chain:
             return f"{self.name} takes chain trees only (causal masks)"
         if paged and not self.paged:
             return f"{self.name} does not take one-token pages"
+        if kv_cols % self.kv_multiple:
+            return f"{self.name} reads kv in pages of {self.kv_multiple} rows: {kv_cols} rows a batch element is not a multiple"
         return None
 
     def function(self) -> Callable:
@@ -80,13 +83,14 @@ _ENTRIES = [
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
     Impl("tc", "tensor cores (mma.sync bf16, fp32 accumulation): a cache tile shared by every head and tree row",
-         cuda_sources=("tc.cu",), min_arch=80, tolerance="bf16_p", color="tab:green"),
+         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green"),
     Impl("torch", "the plain torch composite a careful user would write instead",
-         runner="verify_attn.ops:torch_composite", color="tab:orange",
+         runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",
          under_test=False),
     Impl("flashmla", "DeepSeek's FlashMLA (Hopper wgmma+TMA, 64-token pages, causal masks only): the reference line",
          runner="verify_attn.flashmla:run", available="verify_attn.flashmla:unavailable", trees="chain",
-         paged=False, arch_family=(9,), color="tab:red", under_test=False),
+         paged=False, kv_multiple=64, arch_family=(9,), tolerance="rounded_weights", color="tab:red",
+         under_test=False),
 ]
 IMPLS: dict[str, Impl] = {i.name: i for i in _ENTRIES}
 
