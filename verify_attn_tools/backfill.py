@@ -2,13 +2,16 @@
 
 Each shard runs in its own clone (its own asv environments, so builds never collide; the
 extension's build cache is shared and locked) and its results are copied into this
-checkout's results/<machine>/. With no commits, runs exactly those the history lists as
-MISSING for this machine.
+checkout's results/<machine>/. Every commit is measured by its own benchmark suite: the
+shard checks the commit out before `asv run`, since the asv classes call into the measured
+package of their own commit (a newer suite over an older package fails its setup). With no
+commits, runs exactly those the history lists as MISSING for this machine.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +26,10 @@ from .cli import parser
 from .run import register_machine
 
 
+def clone_head(repo: Path) -> str:
+    return subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+
+
 def main(argv=None) -> int:
     p = parser("backfill", __doc__)
     p.add_argument("gpus", help="comma-separated GPU ids, one shard each (e.g. 0,1)")
@@ -30,12 +37,15 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     gpus = args.gpus.split(",")
     machine = asv_machine_name(suite.device())
-    commits = args.commits or [c.sha for c in history.commits(ROOT, machine) if c.missing]
+    commits = [subprocess.run(["git", "rev-parse", "--verify", f"{c}^{{commit}}"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip() for c in args.commits]
+    commits = commits or [c.sha for c in history.commits(ROOT, machine) if c.missing]
     if not commits:
         print(f"no commits to run: the {machine} history has no holes")
         return 0
     print(f"backfilling {len(commits)} commits on GPUs {args.gpus} as {machine}", flush=True)
     register_machine(machine)
+    head = clone_head(ROOT)
     status = 0
     with tempfile.TemporaryDirectory(prefix="verify_attn_backfill_") as tmp:
         procs = []
@@ -45,23 +55,27 @@ def main(argv=None) -> int:
                 continue
             clone = Path(tmp) / f"s{i}"
             subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
-            hashes = Path(tmp) / f"hashes{i}"
-            hashes.write_text("\n".join(mine) + "\n")
             log = open(Path(tmp) / f"log{i}", "w")
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
-            procs.append((i, gpu, clone, log, subprocess.Popen(
-                [sys.executable, "-m", "asv", "run", "--machine", machine, "--record-samples", f"HASHFILE:{hashes}"],
-                cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT)))
+            asv = f"{shlex.quote(sys.executable)} -m asv run --machine {shlex.quote(machine)} --record-samples"
+            script = "status=0; for sha in " + " ".join(mine) + "; do git checkout -q --detach $sha && " \
+                     f"{asv} $sha^! || status=1; done; exit $status"
+            procs.append((i, gpu, clone, mine, log, subprocess.Popen(["bash", "-c", script], cwd=clone, env=env,
+                                                                stdout=log, stderr=subprocess.STDOUT)))
         out = ROOT / "results" / machine
         out.mkdir(parents=True, exist_ok=True)
-        for i, gpu, clone, log, proc in procs:
+        for i, gpu, clone, mine, log, proc in procs:
             code = proc.wait()
             log.close()
             print(f"shard {i} (GPU {gpu}) exit {code}; log tail:\n" +
                   "".join(Path(log.name).read_text().splitlines(True)[-3:]), flush=True)
             status = status or code
+            ran = {sha[:8] for sha in mine}  # a checked-out commit also holds older results files
             for path in (clone / "results" / machine).glob("*.json"):
-                shutil.copyfile(path, out / path.name)
-            if (clone / "results" / "benchmarks.json").exists():
+                if path.name[:8] in ran:
+                    shutil.copyfile(path, out / path.name)
+            # The suite's description is that of the last commit the shard ran: kept only
+            # when that is this checkout's HEAD, so an old suite never replaces today's.
+            if clone_head(clone) == head and (clone / "results" / "benchmarks.json").exists():
                 shutil.copyfile(clone / "results" / "benchmarks.json", ROOT / "results" / "benchmarks.json")
     return status
