@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from asv import results as asv_results  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import LogFormatter, PercentFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogFormatter  # noqa: E402
 from verify_attn import grid, registry  # noqa: E402
 
 log = logging.getLogger("verify_attn.plots")
@@ -38,6 +38,7 @@ BENCH = "bench_verify_attn"
 # the device, ColdL2 another cache state: neither is mixed into the per-heads plots.
 HEADS = {f"Heads{h}": h for h in grid.HEADS}
 HEADS_MARKERS = "os^Dvp"
+HISTORY_MARKERS = "os^Dv"  # one an implementation in the history plot
 # Pull requests run only Quick, which measures the headline points on a GPU, so it fills in
 # for the full grid's class at the headline's head count.
 HEADLINE_SOURCES = (f"Heads{grid.HEADLINE['heads']}", "Quick")
@@ -283,16 +284,21 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
     x = np.arange(len(rows))
     for ax, metric, label in ((axes[0], metrics[0], f"speedup over {registry.baseline()} (x)"),
                               (axes[1], metrics[1], "fraction of peak")):
-        for impl in impls:
+        for k, impl in enumerate(impls):
             for n, p in enumerate(prefixes):
                 ys = [value(r, metric, p, impl, sources) for r in rows]
                 if not all(math.isnan(y) for y in ys):
-                    ax.plot(x, ys, marker="o", color=f"C{n}", ls=style(impl), label=f"{impl}, prefix {p}")
+                    ax.plot(x, ys, marker=HISTORY_MARKERS[k % len(HISTORY_MARKERS)], color=f"C{n}", ls=style(impl),
+                            label=f"{impl}, prefix {p}")
         ax.set_ylabel(label)
         ax.set_yscale("log")
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=7, loc="best")
-    axes[1].yaxis.set_major_formatter(PercentFormatter(1.0))
+    for axis in (axes[0].yaxis.set_major_formatter, axes[0].yaxis.set_minor_formatter):
+        axis(LogFormatter(labelOnlyBase=False))
+    percent = FuncFormatter(lambda v, _: f"{100 * v:.2g}%")
+    axes[1].yaxis.set_major_formatter(percent)
+    axes[1].yaxis.set_minor_formatter(percent)
     step = max(1, len(rows) // 30)  # keep the hash labels legible on a long history
     axes[1].set_xticks(x[::step], [r.commit[:8] for r in rows][::step], rotation=45, ha="right", fontsize=8)
     axes[1].set_xlabel("commit (oldest to newest by commit date)")
@@ -304,32 +310,37 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
 
 def plot_chain(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     """Achieved TFLOP/s on the chain tree (the causal mask FlashMLA also takes), a panel per
-    (heads, q_len), a line per implementation against prefix length; FlashMLA, where it was
-    timed, is the black reference line to beat. Newest commit with Chain results."""
-    found = latest(runs, "Chain", "track_time")
-    if not found:
+    (heads, q_len), a line per implementation against prefix length, each from the newest
+    commit that timed it (a peer such as FlashMLA is not timed on every run); FlashMLA is the
+    black reference line to beat."""
+    newest: dict[str, Run] = {}
+    for run in runs:  # oldest first: later runs overwrite
+        for (_, _, _, impl) in run.grid("Chain", "track_time"):
+            newest[impl] = run
+    if not newest:
         raise Skip("no Chain results")
-    run, times = found
-    flops = run.grid("Chain", "track_flops")
-    panels = sorted({(h, q) for h, q, _, _ in times})
+    points = {(h, q, p, i): (t, run.grid("Chain", "track_flops").get((h, q, p, i)))
+              for i, run in newest.items() for (h, q, p, ii), t in run.grid("Chain", "track_time").items() if ii == i}
+    panels = sorted({(h, q) for h, q, _, _ in points})
     fig, axes = plt.subplots(1, len(panels), figsize=(0.5 + 3.6 * len(panels), 4.2), squeeze=False, sharey=True)
-    impls = ordered(i for *_, i in times)
+    impls = ordered(newest)
     for ax, (h, q) in zip(axes[0], panels):
-        prefixes = sorted({p for hh, qq, p, _ in times if (hh, qq) == (h, q)})
+        prefixes = sorted({p for hh, qq, p, _ in points if (hh, qq) == (h, q)})
         for impl in impls:
-            pts = [(p, flops[(h, q, p, impl)] / times[(h, q, p, impl)] / 1e12) for p in prefixes
-                   if (h, q, p, impl) in times and (h, q, p, impl) in flops and times[(h, q, p, impl)] > 0]
+            pts = [(p, fl / t / 1e12) for p in prefixes if (h, q, p, impl) in points
+                   for t, fl in [points[(h, q, p, impl)]] if fl and t > 0]
             if not pts:
                 continue
             ref = impl == "flashmla"
             ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=2.5 if ref else 1.5,
-                    color="k" if ref else registry.color(impl), ls="--" if ref else style(impl), label=impl)
+                    color="k" if ref else registry.color(impl), ls="--" if ref else style(impl),
+                    label=f"{impl} @{newest[impl].commit[:8]}")
         ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
         ax.set(xlabel="prefix length", yscale="log", title=f"heads {h}, q_len {q}")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("achieved TFLOP/s (recorded FLOPs / median time)")
     axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(f"Chain tree, batch 1, {machine} @{run.commit[:8]} (FlashMLA: black, dashed)")
+    fig.suptitle(f"Chain tree, batch 1, {machine} (FlashMLA: black, dashed; each line from its newest commit)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
