@@ -1,0 +1,113 @@
+"""The report verb: verdict, rows, exit codes and machine choice, from asv results written
+through asv's own API (two real commits of this repository, synthetic samples)."""
+
+import json
+import random
+import re
+import subprocess
+
+import pytest
+
+from verify_attn_tools import report
+
+PARAMS = [["9"], ["2048", "65536"], ["'naive'", "'flash'", "'tc'"]]
+COMBOS = [(p, i) for p in (2048, 65536) for i in ("naive", "flash", "tc")]
+
+
+def commits():
+    out = subprocess.run(["git", "rev-parse", "HEAD~1", "HEAD"], cwd=report.ROOT, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return out[0], out[1]
+
+
+def write(results, machine, commit, times: dict, failed=()):
+    """Quick.track_time (15 samples around each median) and the two ratio series of one commit."""
+    from asv import results as asv_results, runner
+
+    (results / machine).mkdir(parents=True, exist_ok=True)
+    (results / machine / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    res = asv_results.Results({"machine": machine}, {}, commit, 1, "3.12", "reuse-py3.12", {})
+    rng = random.Random(commit)
+    values, samples, vs_naive, vs_roof = [], [], [], []
+    for combo in COMBOS:
+        if combo in failed:
+            values.append(None), samples.append(None), vs_naive.append(None), vs_roof.append(None)
+            continue
+        t = times[combo]
+        s = [t * (1 + rng.uniform(-0.002, 0.002)) for _ in range(15)]
+        values.append(t), samples.append(s)
+        vs_naive.append(t / times[(combo[0], "naive")]), vs_roof.append(t / 1e-4)
+    for name, vals, smp in (("track_time", values, samples), ("track_time_vs_naive", vs_naive, None),
+                            ("track_time_vs_roofline", vs_roof, None)):
+        res.add_result({"name": f"bench_verify_attn.Quick.{name}", "params": PARAMS, "version": "1"},
+                       runner.BenchmarkResult(vals, smp or [None] * len(vals), [1 if smp else None] * len(vals), 0, "", None),
+                       record_samples=smp is not None)
+    res.save(str(results))
+
+
+BASE = {(2048, "naive"): 4e-3, (2048, "flash"): 2e-4, (2048, "tc"): 3e-5,
+        (65536, "naive"): 0.13, (65536, "flash"): 6e-3, (65536, "tc"): 3.3e-4}
+
+
+@pytest.fixture
+def results(tmp_path):
+    a, b = commits()
+    write(tmp_path, "nvidia-h200", a, BASE)
+    return tmp_path, a, b
+
+
+def run(results, *args):
+    return report.main([*args, "--results", str(results)])
+
+
+def test_no_change_exits_0_and_folds_every_row(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert "**no significant change**" in out and "<details><summary>6 unchanged</summary>" in out
+    assert len(out.splitlines()) <= 60
+
+
+def test_a_slowdown_exits_1_and_comes_first(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, {**BASE, (65536, "tc"): 3.3e-4 * 1.05, (2048, "flash"): 2e-4 * 0.9})
+    assert run(path, a, b, "--only-changed") == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "**slower**" in lines[0] and re.search(r"worst x1\.0[45]\d", lines[0])
+    table = [l for l in lines if l.startswith("| Quick")]
+    assert table[0].startswith("| Quick q9 p65536 | tc |") and "| yes |" in table[0] and "slower" in table[0]
+    assert "faster" in table[1] and len(table) == 2  # unchanged rows dropped
+
+
+def test_a_slowdown_inside_the_factor_does_not_count(results):
+    path, a, b = results
+    write(path, "nvidia-h200", b, {**BASE, (65536, "tc"): 3.3e-4 * 1.02})
+    assert run(path, a, b) == 0
+
+
+def test_a_failure_exits_2_and_is_first(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, {**BASE, (2048, "tc"): 1e-5}, failed=[(65536, "flash")])
+    assert run(path, a, b) == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert "**failed**" in lines[0]
+    first = next(l for l in lines if l.startswith("| Quick"))
+    assert "| flash |" in first and "**FAILED**" in first
+
+
+def test_json_and_the_machine_that_has_both(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    write(path, "cpu-x86_64", a, BASE)  # another machine, with one of the two commits only
+    assert run(path, a, b, "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["machine"] == "nvidia-h200" and data["exit"] == 0 and len(data["rows"]) == 6
+    row = next(r for r in data["rows"] if r["impl"] == "tc" and "p65536" in r["case"])
+    assert row["speedup"][0] == pytest.approx(0.13 / 3.3e-4, rel=1e-6)
+
+
+def test_unknown_commit_is_one_line(results, capsys):
+    path, a, _ = results
+    with pytest.raises(report.Refusal, match="not a commit"):
+        run(path, a, "no-such-commit")
