@@ -41,15 +41,15 @@ def git(repo, *args):
                    capture_output=True)
 
 
-def checkout_copy(tmp: Path) -> tuple[Path, dict]:
-    """A one-commit git repository holding this checkout's tracked and new files (not
-    results/ or html/), and the environment for asv there: CPU, the tiny grid, a private
-    build cache and HOME."""
+def checkout_copy(tmp: Path, history: bool = False) -> tuple[Path, dict]:
+    """A one-commit git repository holding this checkout's tracked and new files (results/
+    and html/ only with history), and the environment for asv there: CPU, the tiny grid, a
+    private build cache and HOME."""
     repo = tmp / "repo"
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
     for f in files:
-        if not f.startswith(("results/", "html/")) and (ROOT / f).is_file():
+        if (history or not f.startswith(("results/", "html/"))) and (ROOT / f).is_file():
             (repo / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, repo / f)
     git(repo, "init", "-q", "-b", "main")

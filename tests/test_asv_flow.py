@@ -90,3 +90,21 @@ def test_run_publish_compare_and_continuous(repo):
     same = asv(repo, env, "continuous", "--machine", "ci", "-f", "2", "-b", rf"{BENCH}\.track_time(?!_)",
                "HEAD~1", "HEAD", check=False)
     assert same.returncode == 0, same.stdout + same.stderr
+
+
+def test_an_untracked_machine_leaves_the_checkout_clean(tmp_path):
+    """`bash bench.sh`'s verb on a machine the repository does not track (this CPU): results and
+    site go to .asv/local/, and git status stays clean."""
+    from conftest import checkout_copy
+
+    repo, env = checkout_copy(tmp_path, history=True)
+    assert not (repo / "results" / "cpu-x86_64").exists()
+    proc = subprocess.run([sys.executable, "-m", "verify_attn", "run", "-b", "Quick"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "not a machine this repository tracks" in proc.stderr
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True).stdout
+    assert status == "", status
+    local = repo / ".asv" / "local"
+    assert list((local / "results").glob("*/*-reuse-*.json"))
+    assert (local / "html" / "index.html").exists() and (local / "html" / "plots" / "index.html").exists()

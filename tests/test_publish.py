@@ -1,35 +1,31 @@
 """The published site: plots drawn from real asv results (a copy of this repository, two
-commits, CPU backend, tiny grid), the "Plots" link on asv's front page, and both pages
-rendered in a real headless Chromium with no console errors."""
+commits, CPU backend, tiny grid), the "Plots" link on asv's front page, asv's JavaScript and
+CSS served from the site itself, and every page rendered in a real headless Chromium that
+cannot reach the network, with no failed request and no console or script error."""
 
 import ast
 import base64
 import fcntl
 import functools
-import hashlib
 import http.server
 import itertools
 import json
-import mimetypes
 import os
 import queue
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import matplotlib.image
 import numpy as np
 import pytest
 
 from verify_attn import machine
-from verify_attn_tools import plots, publish
+from verify_attn_tools import assets, plots, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = os.environ.get("CI") == "true"
@@ -180,89 +176,107 @@ def test_plots_from_gpu_results(tmp_path, caplog):
 
 
 # ---------------------------------------------------------------------------------------
-# The browser test. asv's page loads jQuery, flot and bootstrap from CDNs that this
-# machine cannot reach: the browser is handed the same releases from the npm registry
-# instead (through CDP request interception, the page's URLs unchanged).
+# The site works offline: asv's JavaScript and CSS come from the site itself (html/vendor/,
+# from verify_attn_tools/site_assets/, taken from the npm registry by publish --fetch-assets).
 
-# cdnjs serves minified builds of its own of these, which no registry ships byte for byte:
-# the same release, unminified, from npm (stupidtable 1.0.1 never reached npm: 1.1.3).
-CDNJS = {"flot": lambda ver, f: (f"flot@{ver}", f.replace(".min.js", ".js")),
-         "stupidtable": lambda ver, f: ("stupid-table-plugin@1.1.3", f),
-         "blueimp-md5": lambda ver, f: (f"blueimp-md5@{ver}", f)}
+def test_vendored_assets_cover_asv(published):
+    """Every URL of another site that asv's pages load has a vendored copy, the one that the
+    shared mapping (assets.npm_source) names, with the recorded bytes; the published pages
+    load none of them from the network, and the CDN's own bytes keep their integrity check."""
+    files = assets.manifest()
+    wanted = {url for page in assets.asv_pages() for url in assets.remote_urls(page.read_text())}
+    assert wanted and wanted <= set(files), sorted(wanted - set(files))
+    for url, entry in files.items():
+        spec, path, _ = assets.npm_source(url)
+        assert (entry["package"], entry["path"]) == (spec, path), url
+        assert entry["file"] == f"{spec}/{path}"
+        body = (assets.HERE / entry["file"]).read_bytes()
+        assert assets.sha256(body) == entry["sha256"] and len(body) == entry["bytes"], entry["file"]
+    on_disk = {p.relative_to(assets.HERE).as_posix() for p in assets.HERE.rglob("*") if p.is_file()}
+    assert on_disk == {e["file"] for e in files.values()} | {assets.MANIFEST}  # nothing the pages do not load
 
-
-def npm_source(url: str):
-    """(npm package spec, path inside the package) that a CDN URL serves, or None."""
-    u = urlsplit(url)
-    if u.netloc == "code.jquery.com" and (m := re.fullmatch(r"/jquery-([\d.]+)\.min\.js", u.path)):
-        return f"jquery@{m[1]}", "dist/jquery.min.js"
-    if u.netloc == "cdn.jsdelivr.net" and (m := re.fullmatch(r"/npm/((?:@[^/]+/)?[^@/]+@[^/]+)/(.+)", u.path)):
-        return m[1], m[2]
-    if u.netloc == "cdnjs.cloudflare.com" and (m := re.fullmatch(r"/ajax/libs/([^/]+)/([^/]+)/(.+)", u.path)):
-        return CDNJS[m[1]](m[2], m[3]) if m[1] in CDNJS else None
-    return None
-
-
-class Npm:
-    """Files of npm packages, fetched once with `npm pack` into a cache that outlives the run."""
-
-    def __init__(self, npm: str, cache: Path):
-        self.npm, self.cache = npm, cache
-
-    @functools.lru_cache(maxsize=None)
-    def package(self, spec: str) -> Path:
-        dest = self.cache / spec.replace("/", "+")
-        if not dest.exists():
-            tmp = self.cache / "tmp"
-            tmp.mkdir(parents=True, exist_ok=True)
-            proc = subprocess.run([self.npm, "pack", "--silent", "--pack-destination", str(tmp), spec],
-                                  capture_output=True, text=True, timeout=180)
-            assert proc.returncode == 0, f"npm pack {spec}: {proc.stderr}"
-            part = dest.parent / (dest.name + ".part")  # renamed when whole: no half-extracted package
-            with tarfile.open(tmp / proc.stdout.split()[-1]) as tar:
-                tar.extractall(part, filter="data")
-            part.rename(dest)
-        (top,) = dest.iterdir()  # npm tarballs hold one folder, usually package/
-        return top
-
-    def resolve(self, url: str) -> bytes | None:
-        src = npm_source(url)
-        path = self.package(src[0]) / src[1] if src else None
-        return path.read_bytes() if path and path.is_file() else None
+    html = published / "html"
+    pages = sorted(html.rglob("*.html"))
+    assert {"index.html", "error.html", "plots/index.html"} <= {p.relative_to(html).as_posix() for p in pages}
+    for page in pages:
+        assert assets.remote_urls(page.read_text()) == [], page
+    index = (html / "index.html").read_text()
+    for url, entry in files.items():
+        assert (html / "vendor" / entry["file"]).read_bytes() == (assets.HERE / entry["file"]).read_bytes()
+        tag = next(t[0] for t in assets.TAG.finditer(index) if f'"vendor/{entry["file"]}"' in t[0])
+        assert ("integrity=" in tag) == entry["same_as_cdn"], tag
+    assert sum(e["same_as_cdn"] for e in files.values()) >= 5  # jquery, bootstrap (2), orderbars, md5
 
 
-def sri_ok(body: bytes, integrity: str) -> bool:
-    return any(base64.b64encode(hashlib.new(algo, body).digest()).decode() == digest
-               for algo, digest in (token.split("-", 1) for token in integrity.split()))
+def fake_asv_publish(page: str):
+    """Stands in for `asv publish` (subprocess.call): writes an html/ with this front page."""
+    def call(cmd, cwd):
+        html = Path(cwd) / "html"
+        html.mkdir(parents=True, exist_ok=True)
+        (html / "index.html").write_text(page)
+        (html / "index.json").write_text(json.dumps({"benchmarks": {}, "graph_param_list": []}))
+        return 0
+    return call
 
 
-def relax_integrity(page: str, resolve) -> tuple[str, list[str]]:
-    """Drop the integrity attribute of the tags whose stand-in is not the CDN's very file
-    (it would be refused); the byte-identical ones keep theirs and are checked."""
-    relaxed = []
+def test_publish_vendors_and_refuses_unknown_urls(tmp_path, monkeypatch, capsys):
+    jquery = "https://code.jquery.com/jquery-3.3.1.min.js"
+    flot = "https://cdnjs.cloudflare.com/ajax/libs/flot/0.8.3/jquery.flot.min.js"
+    entry = assets.manifest()
+    page = (f'<html><head><script src="{jquery}" integrity="sha256-FgpCb/KJQlLNfOu91ta32o/NMZxltwRo8QtmkMRdAu8=" '
+            f'crossorigin="anonymous"></script>\n<script src=\'{flot}\' integrity="sha512-AAAA"></script>'
+            '<link rel="stylesheet" href="asv.css"><link rel="alternate" href="https://example.org/feed.xml">'
+            '</head><body><ul id="nav"></ul>'
+            '<a href="https://github.com/airspeed-velocity/asv/">asv</a></body></html>')
+    monkeypatch.setattr(publish.subprocess, "call", fake_asv_publish(page))
+    assert publish.publish(tmp_path) == 0
+    html = tmp_path / "html"
+    text = (html / "index.html").read_text()
+    assert assets.remote_urls(text) == []  # links to other sites stay: they load nothing
+    assert "https://github.com/airspeed-velocity/asv/" in text and "https://example.org/feed.xml" in text
+    assert f'src="vendor/{entry[jquery]["file"]}" integrity="sha256-' in text  # the CDN's bytes: still checked
+    assert f"src='vendor/{entry[flot]['file']}'>" in text  # a build of npm's own: no integrity to fail
+    assert 'href="plots/index.html"' in text and 'href="asv.css"' in text
+    assert (html / "vendor" / entry[jquery]["file"]).read_bytes() == (assets.HERE / entry[jquery]["file"]).read_bytes()
+    # A page deeper down points one level up; a second pass changes nothing.
+    (html / "plots" / "index.html").write_text(f'<script src="{jquery}"></script>')
+    assert assets.vendor(html) == [html / "plots" / "index.html"]
+    assert (html / "plots" / "index.html").read_text() == f'<script src="../vendor/{entry[jquery]["file"]}"></script>'
 
-    def fix(m):
-        tag = m[0]
-        url, integrity = re.search(r'(?:src|href)="([^"]+)"', tag), re.search(r'\sintegrity="([^"]+)"', tag)
-        if url and integrity and not sri_ok(resolve(url[1]) or b"", integrity[1]):
-            relaxed.append(url[1])
-            return tag.replace(integrity[0], "")
-        return tag
+    # A URL site_assets/ does not know (a new asv release): publish fails, in one line naming it.
+    unknown = "https://cdn.jsdelivr.net/npm/somelib@9.9.9/dist/somelib.min.js"
+    monkeypatch.setattr(publish.subprocess, "call", fake_asv_publish(page.replace("</head>", f'<script src="{unknown}"></script></head>')))
+    capsys.readouterr()
+    assert publish.publish(tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and unknown in err and err.startswith("python -m verify_attn publish: index.html loads")
+    with pytest.raises(assets.UnknownAsset, match="//cdn.example.org/x.css"):
+        assets.vendor(_page(tmp_path / "other", '<link href="//cdn.example.org/x.css">'))
 
-    return re.sub(r"<(?:script|link)\b[^>]*>", fix, page), relaxed
 
+def _page(html: Path, text: str) -> Path:
+    html.mkdir(parents=True, exist_ok=True)
+    (html / "index.html").write_text(text)
+    return html
+
+
+# ---------------------------------------------------------------------------------------
+# The browser test: every page of the published site in headless Chromium, from a local
+# server, with every request to another site blocked (no DNS, and refused by the DevTools
+# protocol): no failed request, no console error, no script error.
 
 class Browser:
     """Headless Chromium over the DevTools protocol on --remote-debugging-pipe (NUL-terminated
-    JSON on fds 3 and 4): no websocket client, nothing to install but Chromium. Collects
-    console errors, uncaught exceptions and failed loads; serves CDN requests from `resolve`."""
+    JSON on fds 3 and 4): no websocket client, nothing to install but Chromium. Offline but for
+    `origin`: no host name resolves but 127.0.0.1, and every request elsewhere is refused.
+    Collects console errors, uncaught exceptions, refused and failed requests, HTTP errors."""
 
     FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1280,900", "--enable-logging=stderr",
-             "--v=0"]
+             "--v=0", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
 
-    def __init__(self, exe: str, profile: Path, log: Path, origin: str, resolve):
+    def __init__(self, exe: str, profile: Path, log: Path, origin: str):
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         # bash moves Chromium's ends onto fds 3 and 4, where it looks for them; first out of the
@@ -282,11 +296,11 @@ class Browser:
         self.out = os.fdopen(to_w, "wb", buffering=0)
         self.inbox: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, args=(from_r,), daemon=True).start()
-        self.origin, self.resolve, self.ids = origin, resolve, itertools.count(1)
+        self.origin, self.ids, self.urls = origin, itertools.count(1), {}
         self.errors: list[str] = []
         target = self.call("Target.createTarget", url="about:blank", timeout=60)["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for method in ("Page.enable", "Runtime.enable", "Log.enable"):
+        for method in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
             self.call(method, session=self.session)
         self.call("Fetch.enable", session=self.session, patterns=[{"urlPattern": "*"}])
 
@@ -337,15 +351,15 @@ class Browser:
             url, rid = p["request"]["url"], p["requestId"]
             if url.startswith(self.origin):
                 self.send("Fetch.continueRequest", self.session, requestId=rid)
-            elif (body := self.resolve(url)) is not None:
-                kind = mimetypes.guess_type(urlsplit(url).path)[0] or "application/octet-stream"
-                self.send("Fetch.fulfillRequest", self.session, requestId=rid, responseCode=200,
-                          body=base64.b64encode(body).decode(),
-                          responseHeaders=[{"name": "Content-Type", "value": kind},
-                                           {"name": "Access-Control-Allow-Origin", "value": "*"}])
             else:
-                self.errors.append(f"request with no local stand-in: {url}")
+                self.errors.append(f"request to another site: {url}")
                 self.send("Fetch.failRequest", self.session, requestId=rid, errorReason="BlockedByClient")
+        elif method == "Network.requestWillBeSent":
+            self.urls[p["requestId"]] = p["request"]["url"]
+        elif method == "Network.loadingFailed" and not p.get("canceled"):
+            self.errors.append(f"failed request: {self.urls.get(p['requestId'])} ({p['errorText']})")
+        elif method == "Network.responseReceived" and p["response"]["status"] >= 400:
+            self.errors.append(f"HTTP {p['response']['status']}: {p['response']['url']}")
         elif method == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
             self.errors.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
         elif method == "Runtime.exceptionThrown":
@@ -364,11 +378,16 @@ class Browser:
         return r["result"].get("value")
 
     def wait_for(self, expression, timeout=30):
-        """The first truthy value of a JS expression, polled while events are handled."""
+        """The first truthy value of a JS expression, polled while events are handled (and
+        again where a navigation under way took the page it was evaluated in)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if value := self.evaluate(expression):
-                return value
+            try:
+                if value := self.evaluate(expression):
+                    return value
+            except RuntimeError as exc:
+                if "navigated" not in str(exc) and "context" not in str(exc):
+                    raise
             self.pump(0.2)
         raise AssertionError(f"timed out waiting for {expression}; errors: {self.errors}; "
                              f"at {self.evaluate('location.href')}")
@@ -389,33 +408,19 @@ class Browser:
 
 
 @pytest.fixture
-def site(published, tmp_path, request):
-    """The published html/ on a local server (random free port), CDN files from npm."""
-    chromium, npm = need("chromium"), need("npm")
+def site(published, tmp_path):
+    """The published html/ as it is, on a local server (random free port), in an offline Chromium."""
+    chromium = need("chromium")
     html = published / "html"
-    assets = Npm(npm, Path(request.config.cache.mkdir("npm-cdn")))
-    index, relaxed = relax_integrity((html / "index.html").read_text(), assets.resolve)
-    assert len(relaxed) <= 5, relaxed  # flot (4 files) and stupidtable only: the rest are the CDN's own bytes
 
     class Handler(http.server.SimpleHTTPRequestHandler):
-        def do_GET(self):
-            if urlsplit(self.path).path in ("/", "/index.html"):
-                body = index.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            else:
-                super().do_GET()
-
         def log_message(self, *args):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(html)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     origin = f"http://127.0.0.1:{server.server_address[1]}/"
-    browser = Browser(chromium, tmp_path / "profile", tmp_path / "chromium.log", origin, assets.resolve)
+    browser = Browser(chromium, tmp_path / "profile", tmp_path / "chromium.log", origin)
     try:
         yield browser, origin, html
     finally:
@@ -430,7 +435,7 @@ def assert_screenshot(path: Path):
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 50, f"{path} is nearly blank"
 
 
-def test_site_renders_in_chromium(site, tmp_path):
+def test_site_renders_offline_in_chromium(site, tmp_path):
     browser, origin, html = site
 
     # asv's front page: the summary grid filled in, the Plots link shown, a tile's graph drawn
@@ -442,6 +447,7 @@ def test_site_renders_in_chromium(site, tmp_path):
         return boxes.length && link && link.offsetParent !== null ? boxes.map(b => b.textContent) : null;
     })()""")
     assert "Heads8.track_time" in names and len(names) > 20, names
+    assert browser.evaluate("[...document.scripts].filter(s => s.src && !s.src.startsWith(location.origin)).length") == 0
     points = browser.wait_for("""(() => {
         const tile = document.getElementById('summarygrid-bench_verify_attn.Heads8.track_time');
         tile.scrollIntoView();
@@ -452,14 +458,35 @@ def test_site_renders_in_chromium(site, tmp_path):
     assert points == 2
     assert_screenshot(browser.screenshot(tmp_path / "asv.png"))
 
-    # A benchmark's graph page: flot drew series with points in it.
-    browser.open(origin + "index.html#bench_verify_attn.Heads8.track_time_vs_naive")
-    series = browser.wait_for("""(() => {
-        const plot = window.jQuery && jQuery('#main-graph').data('plot');
-        return plot ? plot.getData().filter(s => s.data && s.data.length).length : 0;
-    })()""")
-    assert series >= 1
+    # Every graph page the grid links to (one per benchmark): flot draws it, every file loads.
+    links = browser.evaluate("[...document.querySelectorAll('#summarygrid-display a.benchmark-container')]"
+                             ".map(a => a.getAttribute('href'))")
+    benchmarks = json.loads((html / "index.json").read_text())["benchmarks"]
+    assert sorted(links) == sorted(f"#{name}" for name in benchmarks)
+    drawn = {}
+    for link in links:
+        browser.evaluate(f"jQuery('#main-graph').removeData('plot'), location.hash = {json.dumps(link)}")
+        drawn[link] = browser.wait_for("""(() => {
+            const plot = jQuery.active === 0 && jQuery('#graph-display').is(':visible') && jQuery('#main-graph').data('plot');
+            return plot ? {series: plot.getData().filter(s => s.data && s.data.length).length} : null;
+        })()""")
+    assert drawn["#bench_verify_attn.Heads8.track_time_vs_naive"]["series"] >= 1, drawn
+    browser.evaluate("location.hash = '#bench_verify_attn.Heads8.track_time_vs_naive'")
+    browser.wait_for("jQuery.active === 0 && jQuery('#main-graph canvas.flot-base').length > 0")
     assert_screenshot(browser.screenshot(tmp_path / "graph.png"))
+
+    # The benchmark list (sorted by stupidtable) and the regressions page.
+    browser.evaluate("location.hash = '#/summarylist'")
+    rows = browser.wait_for("""jQuery.active === 0 && jQuery('#summarylist-display').is(':visible')
+        && jQuery('#summarylist-display table tbody tr').length""")
+    assert rows >= 14
+    browser.evaluate("jQuery('#summarylist-display table thead th').first().click(), 0")
+    browser.wait_for("jQuery('#summarylist-display table thead th.sorting-asc, "
+                     "#summarylist-display table thead th.sorting-desc').length > 0")
+    browser.evaluate("location.hash = '#/regressions'")
+    browser.wait_for("jQuery.active === 0 && jQuery('#regressions-display').is(':visible') "
+                     "&& jQuery('#regressions-body').children().length > 0")
+    assert_screenshot(browser.screenshot(tmp_path / "regressions.png"))
 
     # The link leads to the plots page, whose every image loads.
     browser.open(origin)
@@ -476,10 +503,21 @@ def test_site_renders_in_chromium(site, tmp_path):
     assert browser.evaluate("document.querySelector('a[href=\"../index.html\"]') !== null")
     assert_screenshot(browser.screenshot(tmp_path / "plots.png"))
 
+    # asv's own error page (shown when a script fails to load) loads too, though nothing links to it now.
+    browser.open(origin + "error.html")
+    browser.wait_for("document.readyState === 'complete' && document.images[0].complete")
+
     browser.pump(0.5)  # late errors (a failed image, a script error after load) still count
     assert browser.errors == []
 
-    # The watch itself works: a console error and an uncaught exception are both caught.
+    # The watch itself works: a console error, an uncaught exception, a request to another
+    # site (refused) and a missing file on the server are all caught.
     browser.evaluate("setTimeout(() => { console.error('canary'); throw new Error('canary'); })")
     browser.pump(0.5)
     assert len(browser.errors) == 2 and all("canary" in e for e in browser.errors), browser.errors
+    browser.errors.clear()
+    browser.evaluate("fetch('https://cdn.jsdelivr.net/npm/jquery@3.3.1/dist/jquery.min.js').catch(() => 0);"
+                     "fetch('/no-such-file.js').catch(() => 0)")
+    browser.pump(1.0)
+    assert any(e.startswith("request to another site: https://cdn.jsdelivr.net/") for e in browser.errors), browser.errors
+    assert any(e.startswith("HTTP 404:") and "no-such-file.js" in e for e in browser.errors), browser.errors

@@ -5,3 +5,13 @@ per-commit environments, and a change to it needs no new GPU results."""
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout this tooling belongs to
+
+# Results of a machine this repository tracks live in results/<machine>/ (committed) and are
+# published to html/; a machine is tracked once its folder is there (`run --track` starts
+# one). Any other box (a newcomer's CPU, a laptop) records into LOCAL and gets a local site,
+# so that its runs never touch committed files.
+LOCAL = ROOT / ".asv" / "local"
+
+
+def tracked(machine: str) -> bool:
+    return (ROOT / "results" / machine / "machine.json").exists()

@@ -1,7 +1,10 @@
 """Publish results/ into html/: asv's site, the plots in html/plots/, a link between them.
 
-Needs no GPU and re-runs nothing. asv publish rewrites html/ from scratch every time, so the plots are redrawn and the
-"Plots" link injected into its front page after every publish.
+Needs no GPU, re-runs nothing and needs no network. asv publish rewrites html/ from scratch every time, so the plots are
+redrawn and the "Plots" link injected into its front page after every publish, and asv's JavaScript and CSS, which its
+pages load from CDNs, are copied into html/vendor/ from verify_attn_tools/site_assets/ and the pages pointed at them:
+the site works offline. A page loading a URL that site_assets/ has no copy of (a new asv release) fails publish.
+--fetch-assets (needs npm and the npm registry) refreshes site_assets/ from the npm packages of those URLs.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import ROOT, history, plots
+from . import ROOT, assets, history, plots
 from .cli import parser
 MARK = "<!-- verify-attn: plots link -->"
 NAV_ITEM = f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
@@ -51,15 +54,55 @@ def fill_missing_summaries(html: Path) -> list[str]:
     return missing
 
 
-def publish(root: Path = ROOT) -> int:
-    status = subprocess.call([sys.executable, "-m", "asv", "publish"], cwd=root)
-    html = root / "html"
+def fill_missing_graphs(html: Path) -> list[Path]:
+    """The same for the benchmark pages the summary grid links to: asv's graph page fetches
+    graphs/<machine, python, branch...>/<name>.json for every combination it lists; an empty
+    series where asv wrote none, instead of a failed request (a 404 in the console)."""
+    from asv.graph import Graph
+
+    index = json.loads((html / "index.json").read_text())
+    missing = [html / (Graph.get_file_path(params, name) + ".json")
+               for params in index.get("graph_param_list", []) for name in index["benchmarks"]]
+    missing = [path for path in missing if not path.exists()]
+    for path in missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("[]")
+    return missing
+
+
+def local_config(root: Path = ROOT) -> Path:
+    """asv.conf.json with results and html under .asv/local/ (git-ignored): the run and the
+    site of a machine the repository does not track."""
+    from asv import util
+
+    conf = util.load_json(str(root / "asv.conf.json"), js_comments=True)
+    conf.update(results_dir=".asv/local/results", html_dir=".asv/local/html")
+    # Beside asv.conf.json: asv reads the paths of a configuration, the plugin's too, from
+    # the directory it lies in.
+    path = root / ".asv-local.conf.json"
+    path.write_text(json.dumps(conf, indent=1))
+    return path
+
+
+def publish(root: Path = ROOT, local: bool = False) -> int:
+    """Publish the tracked machines' results/ into html/, or (local) .asv/local/ into its site."""
+    config = ["--config", str(local_config(root))] if local else []
+    status = subprocess.call([sys.executable, "-m", "asv", *config, "publish"], cwd=root)
+    base = root / ".asv" / "local" if local else root
+    html = base / "html"
     if not (html / "index.html").exists():
         return status or 1
     fill_missing_summaries(html)
-    plots.main(root / "results", html / "plots")
+    fill_missing_graphs(html)
+    plots.main(base / "results", html / "plots")
     inject_link(html / "index.html")
-    warn_holes(root)
+    try:
+        assets.vendor(html)
+    except assets.UnknownAsset as exc:
+        print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
+        return 1
+    if not local:
+        warn_holes(root)
     return status
 
 
@@ -90,10 +133,27 @@ def main(argv=None) -> int:
     p = parser("publish", __doc__)
     p.add_argument("--serve", nargs="?", type=int, const=8080, metavar="PORT",
                    help="then serve html/ on localhost (default port 8080; 0 picks a free one)")
+    p.add_argument("--local", action="store_true",
+                   help="publish .asv/local/ (the runs of a machine this repository does not track) into "
+                        ".asv/local/html instead")
+    p.add_argument("--fetch-assets", action="store_true",
+                   help="only refresh verify_attn_tools/site_assets/ (asv's CDN files) from the npm registry with "
+                        "`npm pack` (needs npm), for instance after an asv upgrade; publishes nothing")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    status = publish()
-    if args.serve is not None and (ROOT / "html" / "index.html").exists():
-        serve(ROOT / "html", args.serve)
+    if args.fetch_assets:
+        try:
+            files = assets.fetch()
+        except assets.UnknownAsset as exc:
+            print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
+            return 1
+        for url, entry in sorted(files.items(), key=lambda kv: kv[1]["file"]):
+            print(f"{entry['file']:58s} {entry['bytes']:7d} B  {url}")
+        print(f"{len(files)} files in {assets.HERE}")
+        return 0
+    status = publish(local=args.local)
+    html = ROOT / ".asv" / "local" / "html" if args.local else ROOT / "html"
+    if args.serve is not None and (html / "index.html").exists():
+        serve(html, args.serve)
     return status
 

@@ -1,9 +1,12 @@
-"""asv over commits on this machine's default device, then publish results/ into html/.
+"""asv over commits on this machine's default device, then publish the site.
 
 RANGE is any asv range (default HEAD^!: the current commit). Each commit is built in its
-own environment over this interpreter's torch (asv_plugins/reuse_env.py) and recorded under
-results/<machine>/ with 15 samples a point. asv shows a benchmark's output only when it
-ends, so the suite's own progress lines are followed meanwhile.
+own environment over this interpreter's torch (asv_plugins/reuse_env.py) with 15 samples a
+point. A machine the repository tracks (it has results/<machine>/) records there and
+publishes html/; any other machine records into .asv/local/ and publishes .asv/local/html,
+so a newcomer's run leaves the checkout's committed files alone (--track makes this machine
+a tracked one). asv shows a benchmark's output only when it ends, so the suite's own
+progress lines are followed meanwhile.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import time
 from verify_attn import build, suite
 from verify_attn.machine import asv_machine_name
 
-from . import ROOT, publish
+from . import ROOT, publish, tracked
 from .cli import Refusal, parser
 
 
@@ -49,6 +52,8 @@ def main(argv=None) -> int:
     p.add_argument("range", nargs="*", default=["HEAD^!"], help="asv commit range (default HEAD^!)")
     p.add_argument("--bench", "-b", action="append", help="only benchmarks matching this regex (asv -b)")
     p.add_argument("--no-publish", action="store_true", help="record results only")
+    p.add_argument("--track", action="store_true",
+                   help="record into results/<machine>/ even though the repository does not track this machine yet")
     args = p.parse_args(argv)
     try:
         import asv  # noqa: F401
@@ -56,14 +61,19 @@ def main(argv=None) -> int:
         raise Refusal(f"asv is not installed for {sys.executable}: run `bash bench.sh`, which sets it up") from None
     machine = asv_machine_name(suite.device())
     register_machine(machine)
+    local = not (tracked(machine) or args.track)
+    config = ["--config", str(publish.local_config())] if local else []
+    if local:
+        print(f"{machine} is not a machine this repository tracks: results go to .asv/local/results and the site to "
+              ".asv/local/html (--track records into results/ instead)", file=sys.stderr, flush=True)
     stop = threading.Event()
     threading.Thread(target=follow, args=(build.cache_dir() / "progress.log", stop), daemon=True).start()
     bench = [a for b in args.bench or [] for a in ("-b", b)]
     try:
-        status = subprocess.call([sys.executable, "-m", "asv", "run", "--machine", machine, "--record-samples",
-                                  *bench, *args.range], cwd=ROOT)
+        status = subprocess.call([sys.executable, "-m", "asv", *config, "run", "--machine", machine,
+                                  "--record-samples", *bench, *args.range], cwd=ROOT)
     finally:
         stop.set()
     if not args.no_publish:
-        status = publish.main([]) or status
+        status = publish.publish(local=local) or status
     return status
