@@ -108,3 +108,29 @@ def test_an_untracked_machine_leaves_the_checkout_clean(tmp_path):
     local = repo / ".asv" / "local"
     assert list((local / "results").glob("*/*-reuse-*.json"))
     assert (local / "html" / "index.html").exists() and (local / "html" / "plots" / "index.html").exists()
+
+
+def test_backfill_measures_each_commit_with_its_own_suite(tmp_path):
+    """A later commit adds a benchmark that needs a later package; backfilling the earlier
+    commit from it must still measure the earlier commit (with the earlier suite)."""
+    from conftest import checkout_copy, git
+
+    repo, env = checkout_copy(tmp_path)
+    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    (repo / "verify_attn" / "later.py").write_text("LATER = 1\n")
+    common = repo / "benchmarks" / "common.py"  # the later suite needs the later package
+    common.write_text(common.read_text().replace("    def setup(self, grid, *params):\n",
+                                                 "    def setup(self, grid, *params):\n"
+                                                 "        from verify_attn.later import LATER  # noqa: F401\n"))
+    assert "verify_attn.later" in common.read_text()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "a benchmark of a later package")
+    (repo / "results" / "cpu-x86_64").mkdir(parents=True)  # a tracked machine: backfill writes results/
+    proc = subprocess.run([sys.executable, "-m", "verify_attn", "backfill", "0", first, "-b", "Heads8"], cwd=repo,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    import json
+
+    (path,) = (repo / "results" / "cpu-x86_64").glob(f"{first[:8]}-*.json")
+    times = json.loads(path.read_text())["results"]["bench_verify_attn.Heads8.track_time"][0]
+    assert any(isinstance(t, float) and t > 0 for t in times), times

@@ -34,6 +34,7 @@ def main(argv=None) -> int:
     p = parser("backfill", __doc__)
     p.add_argument("gpus", help="comma-separated GPU ids, one shard each (e.g. 0,1)")
     p.add_argument("commits", nargs="*", help="default: the history's holes on this machine")
+    p.add_argument("-b", "--bench", help="only benchmarks matching this regex (asv -b)")
     args = p.parse_args(argv)
     gpus = args.gpus.split(",")
     machine = asv_machine_name(suite.device())
@@ -58,6 +59,8 @@ def main(argv=None) -> int:
             log = open(Path(tmp) / f"log{i}", "w")
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
             asv = f"{shlex.quote(sys.executable)} -m asv run --machine {shlex.quote(machine)} --record-samples"
+            if args.bench:
+                asv += f" -b {shlex.quote(args.bench)}"
             script = "status=0; for sha in " + " ".join(mine) + "; do git checkout -q --detach $sha && " \
                      f"{asv} $sha^! || status=1; done; exit $status"
             procs.append((i, gpu, clone, mine, log, subprocess.Popen(["bash", "-c", script], cwd=clone, env=env,
