@@ -8,8 +8,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from verify_attn import build
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,5 @@
 """Bundles replay a case through every implementation; loading never runs code."""
 
-import pickle
 
 import pytest
 import torch

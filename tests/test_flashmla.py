@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from verify_attn import build, cases, flashmla, ops, registry
+from verify_attn import cases, flashmla, ops, registry
 from verify_attn.accuracy import run_check
 from verify_attn_tools.check import main as check_main
 

@@ -8,7 +8,6 @@ one is skipped on the CPU with its reason shown.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path

@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parent.parent  # the checkout this tooling belon
 # published to html/; a machine is tracked once its folder is there (`run --track` starts
 # one). Any other box (a newcomer's CPU, a laptop) records into LOCAL and gets a local site,
 # so that its runs never touch committed files.
-LOCAL = ROOT / ".asv" / "local"
+LOCAL_DIR = ".asv/local"  # relative to the checkout (asv reads it so from the configuration)
+LOCAL = ROOT / LOCAL_DIR
 
 
 def tracked(machine: str) -> bool:

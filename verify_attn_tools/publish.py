@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import ROOT, assets, history, plots
+from . import LOCAL, LOCAL_DIR, ROOT, assets, history, plots
 from .cli import parser
 MARK = "<!-- verify-attn: plots link -->"
 NAV_ITEM = f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
@@ -76,7 +76,7 @@ def local_config(root: Path = ROOT) -> Path:
     from asv import util
 
     conf = util.load_json(str(root / "asv.conf.json"), js_comments=True)
-    conf.update(results_dir=".asv/local/results", html_dir=".asv/local/html")
+    conf.update(results_dir=f"{LOCAL_DIR}/results", html_dir=f"{LOCAL_DIR}/html")
     # Beside asv.conf.json: asv reads the paths of a configuration, the plugin's too, from
     # the directory it lies in.
     path = root / ".asv-local.conf.json"
@@ -88,7 +88,7 @@ def publish(root: Path = ROOT, local: bool = False) -> int:
     """Publish the tracked machines' results/ into html/, or (local) .asv/local/ into its site."""
     config = ["--config", str(local_config(root))] if local else []
     status = subprocess.call([sys.executable, "-m", "asv", *config, "publish"], cwd=root)
-    base = root / ".asv" / "local" if local else root
+    base = root / LOCAL_DIR if local else root
     html = base / "html"
     if not (html / "index.html").exists():
         return status or 1
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         print(f"{len(files)} files in {assets.HERE}")
         return 0
     status = publish(local=args.local)
-    html = ROOT / ".asv" / "local" / "html" if args.local else ROOT / "html"
+    html = LOCAL / "html" if args.local else ROOT / "html"
     if args.serve is not None and (html / "index.html").exists():
         serve(html, args.serve)
     return status
