@@ -9,6 +9,7 @@ import torch
 from conftest import require
 from verify_attn import accuracy, cases, ops, registry
 from verify_attn.accuracy import run_check
+from verify_attn.measure import op_args
 from verify_attn_tools.check import main as check_main
 
 SMALL = [c for c in cases.CASES.values() if not c.large]
@@ -31,6 +32,23 @@ def test_prefix_65536_matches_reference(impl):
     require(impl, "cuda", inputs)
     err = run_check(impl, inputs)
     assert err.ok, err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="tc takes its wgmma path only on compute capability 9.0")
+@pytest.mark.parametrize("case", [*SMALL, cases.CASES["big_1x64x33x65569"]], ids=lambda c: c.name)
+def test_tc_portable_path_on_sm90(case, monkeypatch):
+    """On the H100/H200 tc runs its sm_90a path; the mma.sync path (what every other part
+    runs) is checked there too, asked for by VERIFY_ATTN_TC_MMA=1."""
+    monkeypatch.setenv("VERIFY_ATTN_TC_MMA", "1")
+    seed = random.randrange(2**31)
+    inputs = cases.make_inputs(case, "cuda", seed)
+    err = run_check("tc", inputs)
+    assert err.ok, f"seed {seed}: {err}"
+    args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
+    mma = ops.launch_plan("tc", args)
+    monkeypatch.setenv("VERIFY_ATTN_TC_MMA", "0")
+    assert mma["smem_bytes"] != ops.launch_plan("tc", args)["smem_bytes"]  # the two paths did run: their layouts differ
 
 
 def test_unwritten_output_fails_the_check():

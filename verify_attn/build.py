@@ -63,7 +63,8 @@ def target() -> dict:
     arch = None
     if cuda:
         major, minor = torch.cuda.get_device_capability()
-        arch = f"{major}.{minor}"
+        # 9.0 builds for sm_90a, where tc has its wgmma path (sm_90a code runs on 9.0 only).
+        arch = f"{major}.{minor}" + ("a" if (major, minor) == (9, 0) else "")
     return {
         "torch": torch.__version__,
         "cuda": torch.version.cuda if cuda else None,

@@ -21,6 +21,8 @@ from pathlib import Path
 from . import build, registry
 
 ARCHS = ("sm_90", "sm_120")
+# What the build compiles for each (verify_attn.build.target): sm_90 parts get sm_90a code.
+BUILT_AS = {"sm_90": "sm_90a"}
 
 # Per-SM limits (CUDA programming guide, compute capability table).
 LIMITS = {
@@ -40,7 +42,8 @@ def nvcc() -> str:
 
 
 def _short(mangled: str) -> str:
-    """The last name of an Itanium nested name: _ZN11verify_attn...11flash_splitE... -> flash_split."""
+    """The last name of an Itanium nested name: _ZN11verify_attn...11flash_splitE... -> flash_split;
+    a template's integer arguments follow it (tc_attn<2,4,2,2,2,1>), so instances stay apart."""
     if not mangled.startswith("_ZN"):
         return mangled
     i, parts = 3, []
@@ -50,7 +53,10 @@ def _short(mangled: str) -> str:
             j += 1
         parts.append(mangled[j:j + int(mangled[i:j])])
         i = j + int(mangled[i:j])
-    return parts[-1] if parts else mangled
+    if not parts:
+        return mangled
+    args = re.findall(r"L[a-z](\d+)E", mangled[i:]) if mangled[i:i + 1] == "I" else []
+    return parts[-1] + (f"<{','.join(args)}>" if args else "")
 
 
 def occupancy(arch: str, threads: int, regs: int, smem: int) -> int:
@@ -65,7 +71,7 @@ def occupancy(arch: str, threads: int, regs: int, smem: int) -> int:
 
 
 def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
-    flags = ["-std=c++17", *build_flags, f"-arch={arch}", "-I", str(path.parent)]
+    flags = ["-std=c++17", *build_flags, f"-arch={BUILT_AS.get(arch, arch)}", "-I", str(path.parent)]
     ptx = subprocess.run([nvcc(), *flags, "-ptx", "-o", "-", str(path)], check=True, capture_output=True, text=True).stdout
     threads = {}
     for m in re.finditer(r"\.entry\s+(\S+?)\s*\(.*?\)\s*(\.maxntid\s+(\d+))?", ptx, re.S):
