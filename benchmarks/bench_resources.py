@@ -5,7 +5,7 @@ from verify_attn import registry, resources
 
 
 class Resources:
-    params = [[n for n, i in registry.IMPLS.items() if i.cuda_sources], list(resources.ARCHS)]
+    params = [[n for n in registry.display_order("cuda") if registry.get(n).cuda_sources], list(resources.ARCHS)]
     param_names = ["impl", "arch"]
     timeout = 600
     version = "2"  # per implementation (version 1 was per kernel function)

@@ -1,15 +1,15 @@
 """MLA verify attention across prefix lengths, query counts and implementations.
 
 A class per head count of verify_attn.grid.HEADS (HeadsN), all served by one measurement of
-the full grid; Quick is the pull-request subset (asv -b Quick), ColdL2 flushes the L2 cache
-before every call, Chain is the chain tree (where FlashMLA runs too), Serving the batches
-of ragged paged trees a server verifies. What each measures on each device:
-verify_attn.grid.SELECTIONS.
+the full grid; Quick is the pull-request subset (asv -b Quick: Quick and QuickCases), ColdL2
+flushes the L2 cache before every call, Chain is the chain tree (where FlashMLA runs too),
+Serving the batches of ragged paged trees a server verifies. What each measures on each
+device: verify_attn.grid.SELECTIONS.
 """
 
-from verify_attn import grid, registry, suite
+from verify_attn import cases, grid, registry, suite
 
-from .common import GridBenchmark
+from .common import IMPLS, GridBenchmark
 
 
 class _FullGrid(GridBenchmark):
@@ -25,11 +25,55 @@ for _heads in grid.HEADS:
         "__doc__": f"{_heads} heads.", "__module__": __name__, "heads": _heads})
 
 
-class Quick(GridBenchmark):
-    """Pull-request subset: the headline cases, the kernels under test."""
+class _QuickSubset:
+    """One measurement for Quick and QuickCases (asv keys the cache by the defining line):
+    every named case first, then the timed points, timed only if every named case passed."""
+
+    timeout = 1200
+    version = "1"
 
     def setup_cache(self):
-        return suite.measure_grid(None, "quick")
+        return suite.measure_quick()
+
+
+UNDER_TEST = [i for i in IMPLS if registry.get(i).under_test]
+
+
+class Quick(_QuickSubset, GridBenchmark):
+    """Pull-request subset: the kernels under test at every head count (verify_attn.grid), not
+    timed if any named case fails (QuickCases)."""
+
+    params = [*map(list, grid.QUICK_PARAMS), UNDER_TEST]
+    param_names = ["heads", "q_len", "prefix_len", "impl"]
+    version = "2"  # every head count (version 1: heads 64 only, no heads parameter)
+
+    def key(self, grid, params):
+        return params
+
+
+class QuickCases(_QuickSubset):
+    """The gate before Quick's timings: every named case (verify_attn.cases; on the CPU those
+    not marked large) against the float64 reference."""
+
+    params = [list(cases.CASES), UNDER_TEST]
+    param_names = ["case", "impl"]
+
+    def setup(self, grid, case, impl):
+        self.outcome = grid["named"].get((case, impl))
+        if self.outcome is None:
+            raise NotImplementedError("not checked on this device")
+        if self.outcome["skipped"]:
+            raise NotImplementedError(self.outcome["skipped"])
+
+    def track_error(self, grid, case, impl):
+        """Largest relative error against the float64 reference; a case beyond the tolerance
+        (verify_attn/accuracy.py) fails, and then nothing of Quick is timed."""
+        o = self.outcome
+        if not o["ok"]:
+            raise AssertionError(f"{impl} fails {case}: {o['reason']} (max_rel {o['max_rel']:.3g})")
+        return o["max_rel"]
+
+    track_error.unit = "max_rel"
 
 
 class ColdL2(GridBenchmark):
@@ -42,8 +86,7 @@ class ColdL2(GridBenchmark):
 class Chain(GridBenchmark):
     """Batch 1, a chain tree (a causal mask), kv rows padded to 64-token pages."""
 
-    params = [list(grid.CHAIN_PARAMS[0]), list(grid.CHAIN_PARAMS[1]), list(grid.CHAIN_PARAMS[2]),
-              list(registry.names())]
+    params = [*map(list, grid.CHAIN_PARAMS), IMPLS]
     param_names = ["heads", "q_len", "prefix_len", "impl"]
 
     def key(self, grid, params):
@@ -56,8 +99,7 @@ class Chain(GridBenchmark):
 class Serving(GridBenchmark):
     """Batches of random trees, ragged prefixes from 1K to 64K, a paged pool with shuffled rows."""
 
-    params = [list(grid.SERVING_PARAMS[0]), list(grid.SERVING_PARAMS[1]), list(grid.SERVING_PARAMS[2]),
-              list(registry.names())]
+    params = [*map(list, grid.SERVING_PARAMS), IMPLS]
     param_names = ["batch", "heads", "q_len", "impl"]
 
     def key(self, grid, params):

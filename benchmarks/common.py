@@ -4,8 +4,11 @@ The measuring happens once per class in ``setup_cache`` (verify_attn.suite.measu
 so all implementations of a case are timed side by side in one process; the ``track_``
 methods only return numbers from it. asv counts an increase as a regression for every
 benchmark, so each timing series is stored the way round where lower is better: time, time
-over the baseline's time (the inverse of the speedup), time over the roofline time (the
-inverse of the fraction of peak) and the error. The rest record what the reports read
+as a fraction of the baseline's time (1 / speedup), time as a multiple of the roofline time
+(1 / fraction of peak) and the error; their units say so, since asv shows the numbers
+as they are stored (the plots and the report verb show speedup and % of peak). The impl
+parameter lists the kernels under test first (verify_attn.registry.display_order): asv's
+graph pages open on a parameter's first value. The rest record what the reports read
 instead of recomputing: the cost model's FLOPs and bytes, the roofline time, the SM clock,
 the samples dropped for a low clock, and the launch plan (a plan change then shows next to
 the timing it explains). A series that does not apply to a point (no launch plan for a
@@ -16,14 +19,17 @@ skipped benchmark: raising from a track_ method would mark it failed.
 import abc
 import math
 
-from verify_attn import grid, registry
+from verify_attn import grid, registry, suite
+
+# The impl parameter of every grid class.
+IMPLS = list(registry.display_order(suite.device()))
 
 
 class GridBenchmark(abc.ABC):
     """Abstract, so asv does not collect it: each subclass defines its own setup_cache
     (asv keys the cache by the defining line, so an inherited one would be shared)."""
 
-    params = [list(grid.Q_LENS), list(grid.PREFIX_LENS), list(registry.names())]
+    params = [list(grid.Q_LENS), list(grid.PREFIX_LENS), IMPLS]
     param_names = ["q_len", "prefix_len", "impl"]
     timeout = 1200  # setup_cache measures the whole grid, builds included
     version = "1"   # fixed: asv would otherwise hash the source and orphan the history
@@ -44,11 +50,14 @@ class GridBenchmark(abc.ABC):
             raise NotImplementedError("not in this device's grid")
         if self.entry["skipped"]:
             raise NotImplementedError(self.entry["skipped"])
+        self.untimed = grid.get("untimed", "")  # Quick: why nothing was timed (a named case failed)
 
     def timed(self):
         e = self.entry
         if not e["ok"]:
             raise AssertionError(f"failed the correctness check, not timed: {e['reason']}")
+        if self.untimed:
+            raise AssertionError(self.untimed)
         return e
 
     def track_time(self, grid, *params):
@@ -59,20 +68,22 @@ class GridBenchmark(abc.ABC):
     track_time.unit = "seconds"
 
     def track_time_vs_naive(self, grid, *params):
-        """Time over the baseline's (naive's) median time in the same run: 1 / speedup."""
+        """Time as a fraction of the baseline's (naive's) median time in the same run: 1 / speedup,
+        lower is better (0.05 is 20x faster than naive)."""
         e = self.timed()
         if e["baseline_s"] is None:  # the baseline was not measured here
             return math.nan
         return {"samples": [s / e["baseline_s"] for s in e["samples"]], "number": e["number"]}
 
-    track_time_vs_naive.unit = "x naive time"
+    track_time_vs_naive.unit = "of naive's time (1/speedup, lower is better)"
 
     def track_time_vs_roofline(self, grid, *params):
-        """Time over the roofline time of the tree-aware cost model: 1 / fraction of peak."""
+        """Time as a multiple of the roofline time of the tree-aware cost model: 1 / fraction of
+        peak, lower is better (4 is 25% of peak, 1 the roofline itself)."""
         e = self.timed()
         return {"samples": [s / e["roofline_s"] for s in e["samples"]], "number": e["number"]}
 
-    track_time_vs_roofline.unit = "x roofline time"
+    track_time_vs_roofline.unit = "x roofline time (1/fraction of peak, lower is better)"
 
     def track_error(self, grid, *params):
         """Largest relative error against the float64 reference (recorded even when failing)."""

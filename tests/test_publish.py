@@ -87,6 +87,13 @@ def test_publish_draws_plots_and_links_them(published):
     assert all(f'src="ci-{kind}.png"' in page for kind in CPU_KINDS)
     assert 'href="../index.html"' in page and "same process" in page and "tree-aware cost model" in page
 
+    # asv's graph pages open on each parameter's first value: the newest kernel under test that
+    # runs here (the CPU: flash), and the ratio series say which way round they are.
+    benchmarks = json.loads((html / "index.json").read_text())["benchmarks"]
+    naive = benchmarks["bench_verify_attn.Heads8.track_time_vs_naive"]
+    assert naive["params"][-1][0] == "'flash'" and "1/speedup, lower is better" in naive["unit"]
+    assert "1/fraction of peak" in benchmarks["bench_verify_attn.Heads8.track_time_vs_roofline"]["unit"]
+
     index = html / "index.html"
     assert index.read_text().count('href="plots/index.html"') == 1
     assert not publish.inject_link(index)  # idempotent: a second pass adds nothing

@@ -39,6 +39,7 @@ assert gpu["skipped"] == "naive_gpu has no cpu implementation", gpu
 
 import benchmarks.common
 assert {"naive_twin", "naive_gpu"} <= set(benchmarks.common.GridBenchmark.params[2])
+assert benchmarks.common.IMPLS[0] == "naive_twin"  # asv's graph pages open on the newest kernel here
 import benchmarks.bench_resources
 assert {"naive_twin", "naive_gpu"} <= set(benchmarks.bench_resources.Resources.params[0])
 
@@ -64,3 +65,21 @@ def test_a_registry_entry_is_all_a_new_implementation_needs(tmp_path):
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "SKIP naive_gpu" in proc.stdout and "PASS naive_twin" in proc.stdout
     assert (tmp_path / "peak.png").exists()
+
+
+def test_the_impl_parameter_leads_with_the_newest_kernel_under_test():
+    """asv's graph pages open on a parameter's first value: the newest kernel under test with
+    a backend on the device, then older kernels, the baseline, the peers, and last those with
+    no backend there."""
+    from verify_attn import registry
+
+    for device in ("cpu", "cuda"):
+        order = registry.display_order(device)
+        assert sorted(order) == sorted(registry.names())
+        here = [n for n in order if device in registry.get(n).devices()]
+        assert order[:len(here)] == tuple(here)
+        kernels = [n for n in registry.names() if registry.get(n).under_test and not registry.get(n).baseline
+                   and device in registry.get(n).devices()]
+        assert list(here[:len(kernels)]) == kernels[::-1]
+        assert here[len(kernels)] == registry.baseline()
+        assert all(not registry.get(n).under_test for n in here[len(kernels) + 1:])

@@ -10,7 +10,8 @@ import pytest
 
 from verify_attn_tools import report
 
-PARAMS = [["9"], ["2048", "65536"], ["'naive'", "'flash'", "'tc'"]]
+PARAMS = [["64"], ["9"], ["2048", "65536"], ["'naive'", "'flash'", "'tc'"]]
+CASE_PARAMS = [["'ragged_3x16x9'", "'seed_2x8x9x9'"], ["'naive'", "'flash'", "'tc'"]]
 COMBOS = [(p, i) for p in (2048, 65536) for i in ("naive", "flash", "tc")]
 
 
@@ -20,8 +21,9 @@ def commits():
     return out[0], out[1]
 
 
-def write(results, machine, commit, times: dict, failed=()):
-    """Quick.track_time (15 samples around each median) and the two ratio series of one commit."""
+def write(results, machine, commit, times: dict, failed=(), failed_cases=()):
+    """Quick.track_time (15 samples around each median), the two ratio series and the named
+    cases' errors (QuickCases) of one commit."""
     from asv import results as asv_results, runner
 
     (results / machine).mkdir(parents=True, exist_ok=True)
@@ -42,6 +44,10 @@ def write(results, machine, commit, times: dict, failed=()):
         res.add_result({"name": f"bench_verify_attn.Quick.{name}", "params": PARAMS, "version": "1"},
                        runner.BenchmarkResult(vals, smp or [None] * len(vals), [1 if smp else None] * len(vals), 0, "", None),
                        record_samples=smp is not None)
+    errors = [None if (c, i) in failed_cases else 0.003 for c in ("ragged_3x16x9", "seed_2x8x9x9")
+              for i in ("naive", "flash", "tc")]
+    res.add_result({"name": "bench_verify_attn.QuickCases.track_error", "params": CASE_PARAMS, "version": "1"},
+                   runner.BenchmarkResult(errors, [None] * 6, [None] * 6, 0, "", None))
     res.save(str(results))
 
 
@@ -76,7 +82,7 @@ def test_a_slowdown_exits_1_and_comes_first(results, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert "**slower**" in lines[0] and re.search(r"worst x1\.0[45]\d", lines[0])
     table = [l for l in lines if l.startswith("| Quick")]
-    assert table[0].startswith("| Quick q9 p65536 | tc |") and "| yes |" in table[0] and "slower" in table[0]
+    assert table[0].startswith("| Quick h64 q9 p65536 | tc |") and "| yes |" in table[0] and "slower" in table[0]
     assert "faster" in table[1] and len(table) == 2  # unchanged rows dropped
 
 
@@ -94,6 +100,17 @@ def test_a_failure_exits_2_and_is_first(results, capsys):
     assert "**failed**" in lines[0]
     first = next(l for l in lines if l.startswith("| Quick"))
     assert "| flash |" in first and "**FAILED**" in first
+
+
+def test_a_failing_named_case_exits_2_and_is_named(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE, failed=COMBOS, failed_cases=[("ragged_3x16x9", "flash")])
+    assert run(path, a, b, "-b", "Quick") == 2
+    lines = capsys.readouterr().out.splitlines()
+    assert "**failed**" in lines[0] and "1 named case failed" in lines[0]
+    assert any(l.startswith("Named cases failing") and "flash on ragged_3x16x9." in l for l in lines)
+    assert run(path, a, b, "-b", "Quick", "--json") == 2
+    assert json.loads(capsys.readouterr().out)["failed_cases"] == ["flash on ragged_3x16x9"]
 
 
 def test_json_and_the_machine_that_has_both(results, capsys):

@@ -16,7 +16,8 @@ PREFIX_LENS = (0, 2048, 16384, 65536)
 
 @dataclasses.dataclass(frozen=True)
 class Selection:
-    """Points of batch 1, one prefix length each, contiguous cache."""
+    """Points of batch 1, one prefix length each, contiguous cache: every combination of
+    heads, q_lens and prefix_lens, plus the extra points."""
 
     heads: tuple[int, ...]
     q_lens: tuple[int, ...]
@@ -25,12 +26,12 @@ class Selection:
     exclude: tuple[str, ...] = ()   # implementations left out of this selection
     tree: str = "random"
     pad_to: int = 1                 # kv rows per element rounded up to a multiple of this
+    extra: tuple[tuple[int, int, int], ...] = ()  # (heads, q_len, prefix_len) beyond the product
 
-    def points(self, heads: int) -> list[tuple[int, int]]:
-        """(q_len, prefix_len) measured at this head count."""
-        if heads not in self.heads:
-            return []
-        return [(q, p) for q in self.q_lens for p in self.prefix_lens]
+    def points(self) -> list[tuple[int, int, int]]:
+        """(heads, q_len, prefix_len) measured."""
+        product = [(h, q, p) for h in self.heads for q in self.q_lens for p in self.prefix_lens]
+        return product + [pt for pt in self.extra if pt not in product]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +60,14 @@ NO_SERVING = Serving((), (), ())
 SELECTIONS = {
     "cuda": {
         "full": Selection(HEADS, Q_LENS, PREFIX_LENS),
-        # The pull-request subset (asv -b Quick): the headline cases, the kernels under test.
-        "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test"),
+        # The pull-request subset (asv -b Quick), the kernels under test at every head count:
+        # heads 64 at the headline prefixes (launch-bound at 2K, split-heavy at 64K); heads 16
+        # and 8, where a block holds fewer heads and more tree tokens (rows = heads x q_len)
+        # and the keys are split the most, at the longest prefix; heads 16 also with a bigger
+        # tree (q_len 33) at a mid prefix. On the H200 `asv run -b Quick` of one commit took
+        # 36 s, the named-case gate 2 s and these 6 points 8 s of it (naive's 64K calls most).
+        "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test",
+                           extra=((16, 9, 65536), (16, 33, 16384), (8, 9, 65536))),
         # Cold L2 matters where the cache rows fit in the 60 MiB L2: short prefixes.
         "cold": Selection((64,), (9,), (2048, 16384)),
         "chain": CHAIN,
@@ -80,6 +87,8 @@ SELECTIONS = {
 
 # The asv classes' parameter values: every value any device's selection uses.
 CHAIN_PARAMS = (HEADS, CHAIN.q_lens, CHAIN.prefix_lens)
+QUICK_PARAMS = tuple(tuple(sorted({pt[k] for table in SELECTIONS.values() for pt in table["quick"].points()}))
+                     for k in range(3))  # heads, q_lens, prefix_lens
 SERVING_PARAMS = (SERVING.batches, SERVING.heads, SERVING.q_lens)
 # The history's headline: heads 64, q_len 9, three prefixes, for these implementations.
 HEADLINE = {"heads": 64, "q_len": 9, "prefix_lens": (2048, 16384, 65536), "impls": ("flash", "tc")}

@@ -84,9 +84,11 @@ def skip_reason(impl: str, case: cases.Case, inputs: cases.Inputs) -> str | None
     return ops.unsupported(impl, inputs.q.device.type) or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1])
 
 
-def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0) -> dict[str, Result]:
+def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0, timed: bool = True
+                 ) -> dict[str, Result]:
+    """Check every implementation on the case, then time those that pass (timed=False: check only)."""
     ops.load()
-    sets = input_sets(case, timer.device, seed)
+    sets = input_sets(case, timer.device, seed) if timed else [cases.make_inputs(case, timer.device, seed)]
     first = sets[0]
     cost = cost_of(first)
     results = {impl: Result(impl, case.name, cost) for impl in impls}
@@ -103,7 +105,7 @@ def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0
             results[impl].error = accuracy.run_check(impl, first, ref)
             results[impl].plan = ops.launch_plan(impl, op_args(first, *accuracy.poisoned_outputs(first.q)))
         del ref
-    passing = {impl: [prepare(impl, s) for s in sets] for impl in runnable if results[impl].error.ok}
+    passing = {impl: [prepare(impl, s) for s in sets] for impl in runnable if timed and results[impl].error.ok}
     timings = timer.time_many(passing)
     base = timings.get(registry.baseline())
     for impl, timing in timings.items():

@@ -118,6 +118,22 @@ def under_test() -> tuple[str, ...]:
     return tuple(n for n, i in IMPLS.items() if i.under_test)
 
 
+def display_order(device: str) -> tuple[str, ...]:
+    """Every implementation in the order the asv classes list it. asv's graph page opens on
+    the first value of each parameter, so first come the kernels under test that have a
+    backend on this device, newest (registered last) first, then the baseline, the peers,
+    and last those with no backend here."""
+    order = list(IMPLS)
+
+    def rank(name: str) -> tuple:
+        i = IMPLS[name]
+        kernel = i.under_test and not i.baseline
+        return (device not in i.devices(), not kernel, not i.under_test,
+                -order.index(name) if kernel else order.index(name))
+
+    return tuple(sorted(order, key=rank))
+
+
 def baseline() -> str:
     return next(i.name for i in IMPLS.values() if i.baseline)
 

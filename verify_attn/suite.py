@@ -1,10 +1,11 @@
 """What the asv suite measures, as plain data.
 
-``measure_grid`` measures one selection of verify_attn.grid (at one head count) and returns
-plain data (picklable) keyed by ``(heads, q_len, prefix_len, impl)``; the asv classes only
-look values up in it. Each entry carries everything the reports need besides the timing:
-FLOPs, bytes, the roofline time and the peaks it used, the median SM clock, the samples
-dropped for a low clock, and the launch plan.
+``measure_grid`` measures one selection of verify_attn.grid and returns plain data
+(picklable) keyed by ``(heads, q_len, prefix_len, impl)``; the asv classes only look values
+up in it. Each entry carries everything the reports need besides the timing: FLOPs, bytes,
+the roofline time and the peaks it used, the median SM clock, the samples dropped for a low
+clock, and the launch plan. ``measure_quick`` gates the pull-request subset on every named
+case (verify_attn.parity) first.
 """
 
 from __future__ import annotations
@@ -15,15 +16,18 @@ import time
 
 import torch
 
-from . import build, cases, grid, registry
+from . import build, cases, grid, parity, registry
 from .machine import peaks
 from .measure import measure_case
 from .timer import Timer
 
 
 def device() -> str:
-    """The machine's default device, unless VERIFY_ATTN_DEVICE says otherwise."""
-    return os.environ.get("VERIFY_ATTN_DEVICE") or ("cuda" if torch.cuda.is_available() else "cpu")
+    """The machine's default device, unless VERIFY_ATTN_DEVICE says otherwise. Asked through
+    NVML (torch.cuda.device_count), which leaves CUDA uninitialised: the asv classes ask when
+    imported, in the process that forks every benchmark, and a fork of a process that has
+    initialised CUDA cannot use it."""
+    return os.environ.get("VERIFY_ATTN_DEVICE") or ("cuda" if torch.cuda.device_count() else "cpu")
 
 
 def selection(variant: str = "full"):
@@ -68,12 +72,12 @@ def progress(line: str) -> None:
         f.write(line + "\n")
 
 
-def measure_grid(heads: tuple[int, ...] | None, variant: str = "full") -> dict:
-    """Measure every point of the variant's selection at these head counts (None: the
-    selection's own)."""
+def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bool = True) -> dict:
+    """Measure every point of the variant's selection at these head counts (None: all of the
+    selection's); timed=False checks every point and times none."""
     sel = selection(variant)
-    heads = tuple(sel.heads) if heads is None else tuple(heads)
-    points = [(h, q, p) for h in heads for q, p in sel.points(h)]
+    points = [pt for pt in sel.points() if heads is None or pt[0] in heads]
+    heads = tuple(sorted({h for h, _, _ in points})) if heads is None else tuple(heads)
     dev = device()
     peak = peaks(dev)
     tm = timer(cold=variant == "cold")
@@ -81,11 +85,30 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full") -> dict:
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
         case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
-        for impl, r in measure_case(case, impls(variant), tm).items():
+        for impl, r in measure_case(case, impls(variant), tm, timed=timed).items():
             out["results"][(h, q_len, prefix, impl)] = _entry(r, peak)
         progress(f"[verify_attn] {variant} heads={h} case {n}/{len(points)} q_len={q_len} "
                  f"prefix_len={prefix} ({time.perf_counter() - t0:.0f} s)")
     return out
+
+
+def measure_quick() -> dict:
+    """The pull-request subset: every named case of this device (verify_attn.parity) for the
+    Quick implementations first, under "named" keyed (case, impl); then the selection's
+    points, which are checked but not timed if any named case failed ("untimed" says why),
+    so the subset's timings fail however fast the break made them."""
+    dev = device()
+    named = {}
+    t0 = time.perf_counter()
+    for case in parity.named(dev):
+        for o in parity.check(cases.make_inputs(case, dev, 0), impls("quick"), case):
+            named[(case.name, o.impl)] = {"skipped": o.skipped} if o.error is None else {
+                "skipped": "", "ok": o.error.ok, "reason": o.error.reason, "max_rel": o.error.max_rel}
+    failed = [f"{impl} on {case} ({e['reason']})" for (case, impl), e in named.items()
+              if not e["skipped"] and not e["ok"]]
+    progress(f"[verify_attn] quick: {len(named)} named checks, {len(failed)} failed ({time.perf_counter() - t0:.0f} s)")
+    untimed = f"not timed: named cases failed: {'; '.join(failed)}" if failed else ""
+    return measure_grid(None, "quick", timed=not failed) | {"named": named, "untimed": untimed}
 
 
 def measure_serving() -> dict:

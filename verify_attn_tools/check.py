@@ -1,4 +1,5 @@
-"""Parity of every implementation on every named case against the float64 reference.
+"""Parity of every implementation on every named case against the float64 reference
+(verify_attn.parity, which the Quick benchmarks also run before timing anything).
 
 Prints PASS, FAIL or SKIP (with the reason), the implementation, the case, its shape,
 max_abs and max_rel, one line each, and exits 1 on any FAIL. FILE arguments are bundles of
@@ -11,9 +12,7 @@ import random
 
 import torch
 
-from verify_attn import accuracy, cases, registry
-from verify_attn.measure import skip_reason
-from verify_attn.reference import reference
+from verify_attn import cases, parity, registry
 
 from .cli import need_gpu, parser
 
@@ -39,7 +38,7 @@ def main(argv=None) -> int:
     elif args.files:
         chosen = []
     else:
-        chosen = [c for c in cases.CASES.values() if args.device == "cuda" or not c.large]
+        chosen = parity.named(args.device)
     print(f"# device {args.device}, seed {seed}, tolerance: see verify_attn/accuracy.py", flush=True)
 
     work = [(c.name, c, lambda c=c: cases.make_inputs(c, args.device, seed)) for c in chosen]
@@ -52,18 +51,14 @@ def main(argv=None) -> int:
             print(f"FAIL load {name}: {exc}", flush=True)
             failed += 1
             continue
-        ref = None
         shape = " ".join(f"{k}={v}" for k, v in inputs.shape.items())
-        for impl in impls:
-            reason = skip_reason(impl, case, inputs)
-            if reason:
-                print(f"SKIP {impl:8s} {name:24s} {shape}  ({reason})", flush=True)
+        for o in parity.check(inputs, impls, case):
+            if o.skipped:
+                print(f"SKIP {o.impl:8s} {name:24s} {shape}  ({o.skipped})", flush=True)
                 continue
-            if ref is None:
-                ref = reference(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale, inputs.kv_indices)
-            err = accuracy.run_check(impl, inputs, ref)
+            err = o.error
             failed += not err.ok
             note = f"  ({err.reason})" if err.reason else ""
-            print(f"{'PASS' if err.ok else 'FAIL'} {impl:8s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
+            print(f"{'PASS' if err.ok else 'FAIL'} {o.impl:8s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
                   f"max_rel={err.max_rel:.3g}{note}", flush=True)
     return 1 if failed else 0

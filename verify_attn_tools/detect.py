@@ -1,13 +1,14 @@
 """Detection power: how often ``asv continuous`` flags a planted slowdown, and a no-op.
 
-    python -m verify_attn detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--gpus 0,1]
+    python -m verify_attn detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--heads 8 16] [--gpus 0,1]
 
 In a throwaway clone (never main), each size S gets a branch whose one commit makes the
-flash kernel do S% more work on the heads-64 cases (extra key tiles, fully masked, so the
-output is unchanged); size 0 is a comment-only change to the same file. Every (size,
-repeat) runs ``asv continuous -f FACTOR base branch`` on the Quick subset; a run is flagged
-when continuous exits 1. ``--find`` also builds a chain of 9 commits with the 10% slowdown
-in the middle and checks that ``asv find`` names it. Prints the table; --json writes it.
+flash kernel do S% more work at the given head counts (default 64; --heads 8 16 plants where
+Quick has fewer points), with extra key tiles, fully masked, so the output is unchanged;
+size 0 is a comment-only change to the same file. Every (size, repeat) runs ``asv continuous
+-f FACTOR base branch`` on the Quick timings; a run is flagged when continuous exits 1.
+``--find`` also builds a chain of 9 commits with the 10% slowdown in the middle and checks
+that ``asv find`` names it. Prints the table; --json writes it.
 """
 
 from __future__ import annotations
@@ -22,16 +23,33 @@ import tempfile
 import time
 from pathlib import Path
 
+from verify_attn import grid
+
 from . import ROOT
 from .cli import parser
+
 LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
 BENCH = r"Quick\.track_time(?!_)"
+# A Quick.track_time row of `asv compare`: the mark, the ratio, then (heads, q_len, prefix_len, impl).
+ROW = re.compile(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
+                 r"\((\d+), (\d+), (\d+), '(\w+)'\)")
 LOG: Path | None = None  # --log: every asv command's output, as it runs
 
 
-def planted_loop(pct: int) -> str:
-    extra = f"(p.heads == 64 ? (key_end - key_begin) * {pct} / 100 : 0)"
+def planted_loop(pct: int, heads=(64,)) -> str:
+    at = " || ".join(f"p.heads == {h}" for h in heads)
+    extra = f"({at} ? (key_end - key_begin) * {pct} / 100 : 0)"
     return f"for (int t0 = key_begin; t0 < key_end + {extra}; t0 += kTileKeys) {{  // planted {pct}%"
+
+
+def ratios(table: str) -> dict[str, dict]:
+    """{"flash h64 q9 p2048": {"ratio": "1.05", "mark": "+"}} from `asv compare`'s table."""
+    out = {}
+    for line in table.splitlines():
+        m = ROW.search(line)
+        if m and m[2] != "n/a":
+            out[f"{m[6]} h{m[3]} q{m[4]} p{m[5]}"] = {"ratio": m[2], "mark": m[1]}
+    return out
 
 
 def sh(cmd, cwd, env=None, check=True):
@@ -47,16 +65,16 @@ def git_commit(repo: Path, message: str) -> str:
     return sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()
 
 
-def edit_flash(repo: Path, pct: int | None, note: str) -> None:
+def edit_flash(repo: Path, pct: int | None, note: str, heads=(64,)) -> None:
     path = repo / "kernels" / "flash.cu"
     text = path.read_text()
     if pct:
         assert LOOP in text, "the flash kernel's key loop moved: update verify_attn_tools/detect.py"
-        text = text.replace(LOOP, planted_loop(pct))
+        text = text.replace(LOOP, planted_loop(pct, heads))
     path.write_text(text + f"// {note}\n")
 
 
-def make_clone(workdir: Path, name: str, sizes: list[int]) -> tuple[Path, str, dict[int, str]]:
+def make_clone(workdir: Path, name: str, sizes: list[int], heads) -> tuple[Path, str, dict[int, str]]:
     """A clone with a branch per size off the current HEAD."""
     repo = workdir / name
     sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
@@ -64,7 +82,7 @@ def make_clone(workdir: Path, name: str, sizes: list[int]) -> tuple[Path, str, d
     branches = {}
     for pct in sizes:
         sh(["git", "checkout", "-q", "-B", f"plant-{pct}", base], repo)
-        edit_flash(repo, pct, f"plant {pct}%" if pct else "a comment: changes nothing")
+        edit_flash(repo, pct, f"plant {pct}%" if pct else "a comment: changes nothing", heads)
         branches[pct] = git_commit(repo, f"plant {pct}%")
     sh(["git", "checkout", "-q", base], repo)
     return repo, base, branches
@@ -88,31 +106,25 @@ def asv(repo: Path, env: dict, *args, check=True):
 
 
 def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, int]], sizes: list[int], factor: float,
-              machine: str) -> list[dict]:
+              machine: str, heads) -> list[dict]:
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    repo, base, branches = make_clone(workdir, f"clone-{gpu}", sizes)
+    repo, base, branches = make_clone(workdir, f"clone-{gpu}", sizes, heads)
     out = []
     for pct, rep in jobs:
         t0 = time.perf_counter()
         proc = asv(repo, env, "continuous", "--machine", machine, "-f", str(factor), "-b", BENCH, base,
                    branches[pct], check=False)
         table = asv(repo, env, "compare", "--machine", machine, "-f", str(factor), base, branches[pct]).stdout
-        ratios = {}
-        for line in table.splitlines():
-            m = re.search(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
-                          r"\((\d+), (\d+), '(\w+)'\)", line)
-            if m and m[2] != "n/a":
-                ratios[f"{m[5]} q{m[3]} p{m[4]}"] = {"ratio": m[2], "mark": m[1]}
         out.append({"pct": pct, "repeat": rep, "exit": proc.returncode, "flagged": proc.returncode == 1,
-                    "seconds": round(time.perf_counter() - t0, 1), "cases": ratios,
+                    "seconds": round(time.perf_counter() - t0, 1), "cases": ratios(table),
                     "log_tail": (proc.stdout + proc.stderr)[-800:]})
         print(json.dumps(out[-1]), flush=True)
     return out
 
 
-def run_find(workdir: Path, machine: str, gpu: str | None) -> dict:
+def run_find(workdir: Path, machine: str, gpu: str | None, heads) -> dict:
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -120,11 +132,11 @@ def run_find(workdir: Path, machine: str, gpu: str | None) -> dict:
     sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
     commits = [sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()]
     for k in range(1, 10):
-        edit_flash(repo, 10 if k == 5 else None, f"commit {k}")
+        edit_flash(repo, 10 if k == 5 else None, f"commit {k}", heads)
         commits.append(git_commit(repo, f"commit {k}" + (" (planted 10%)" if k == 5 else "")))
     t0 = time.perf_counter()
     # asv find ignores asv.conf.json's launch_method and would spawn a fresh interpreter (a
-    # torch import) for each of the benchmark's 48 parameter points at every bisection step.
+    # torch import) for each of the benchmark's parameter points at every bisection step.
     proc = asv(repo, env, "find", "--launch-method", "forkserver", "--machine", machine, f"{commits[0]}..{commits[-1]}",
                "bench_verify_attn.Quick.track_time", check=False)
     found = re.findall(r"Greatest regression found: (\w+)", proc.stdout)
@@ -138,6 +150,8 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", type=int, default=[0, 3, 5, 10])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--factor", type=float, default=1.03)
+    p.add_argument("--heads", nargs="+", type=int, default=[64], choices=grid.HEADS,
+                   help="the head counts the slowdown is planted at (default 64)")
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
     p.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
     p.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
@@ -152,18 +166,19 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp:
         workdir = Path(tmp)
         with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
-            futures = [pool.submit(run_shard, workdir, g, s, args.sizes, args.factor, args.machine)
+            futures = [pool.submit(run_shard, workdir, g, s, args.sizes, args.factor, args.machine, args.heads)
                        for g, s in zip(gpus, shards)]
-            find = pool.submit(run_find, workdir, args.machine, gpus[-1]) if args.find else None
+            find = pool.submit(run_find, workdir, args.machine, gpus[-1], args.heads) if args.find else None
             runs = [r for f in futures for r in f.result()]
             found = find.result() if find else None
-    print(f"\nasv continuous -f {args.factor} -b '{BENCH}' (Quick: heads 64, q_len 9, flash and naive)")
-    print(f"{'planted':>8s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) per prefix")
+    planted = "/".join(map(str, args.heads))
+    print(f"\nasv continuous -f {args.factor} -b '{BENCH}', slowdown planted in flash at heads {planted}")
+    print(f"{'planted':>8s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) per point")
     for pct in args.sizes:
         mine = [r for r in runs if r["pct"] == pct]
-        ratios = " ".join(f"{c}={v['ratio']}{v['mark']}" for r in mine for c, v in sorted(r["cases"].items())
-                          if c.startswith("flash"))
-        print(f"{pct:7d}% {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {ratios}")
+        shown = " ".join(f"{c}={v['ratio']}{v['mark']}" for r in mine for c, v in sorted(r["cases"].items())
+                         if c.startswith("flash"))
+        print(f"{pct:7d}% {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {shown}")
     if found:
         print(f"\nasv find over {found['range']} commits: planted {found['planted']}, found {found['found']} "
               f"({found['seconds']} s)")

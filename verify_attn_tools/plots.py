@@ -34,8 +34,8 @@ from verify_attn import grid, registry  # noqa: E402
 log = logging.getLogger("verify_attn.plots")
 
 BENCH = "bench_verify_attn"
-# The full grids, whose head count is in the name. Quick is a subset whose heads depend on
-# the device, ColdL2 another cache state: neither is mixed into the per-heads plots.
+# The full grids, whose head count is in the name. Quick is a few points a head count, ColdL2
+# another cache state: neither is mixed into the per-heads plots.
 HEADS = {f"Heads{h}": h for h in grid.HEADS}
 HEADS_MARKERS = "os^Dvp"
 HISTORY_MARKERS = "os^Dv"  # one an implementation in the history plot
@@ -75,7 +75,8 @@ class Run:
     values: dict
 
     def grid(self, cls: str, metric: str) -> dict:
-        """{(q_len, prefix_len, impl): value} of bench_verify_attn.<cls>.<metric>."""
+        """{parameter tuple: value} of bench_verify_attn.<cls>.<metric>; (q_len, prefix_len, impl)
+        for a HeadsN class."""
         return self.values.get(f"{BENCH}.{cls}.{metric}", {})
 
     def scalar(self, name: str):
@@ -257,7 +258,10 @@ def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
 
     def value(run, metric, p, impl, sources):
         for cls in sources:
-            v = run.grid(cls, metric).get((q, p, impl))
+            points = run.grid(cls, metric)
+            # Quick's points name their head count; HeadsN's, and Quick's before it covered
+            # every head count (heads 64 only), do not.
+            v = points.get((q, p, impl)) or points.get((grid.HEADLINE["heads"], q, p, impl))
             if v:
                 return 1 / v
         return math.nan

@@ -6,8 +6,9 @@ ratio after/before passes the factor and asv's own test says the recorded sample
 comes first; then one row per case and implementation: time before -> after, the ratio,
 whether it counts, speedup over naive and fraction of peak before -> after, and the
 correctness status. Failures and regressions first; unchanged rows are folded (dropped with
---only-changed). Exit codes as `asv continuous`: 2 when something failed in B that did not
-fail in A, 1 when something got slower, 0 otherwise.
+--only-changed). The named cases that fail the gate before Quick's timings (QuickCases) in B
+and did not in A are listed by name. Exit codes as `asv continuous`: 2 when something failed
+in B that did not fail in A, 1 when something got slower, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -171,6 +172,14 @@ def compare(a_res, b_res, benchmarks: dict, factor: float, bench: str) -> list[R
                                        r.case, r.impl))
 
 
+def failed_cases(a_res, b_res) -> list[str]:
+    """"impl on case" for each named case of the Quick gate that fails in B and did not in A."""
+    key = f"{BENCH}.QuickCases.track_error"
+    a, b = points(a_res, key), points(b_res, key)
+    return [f"{impl} on {case}" for (case, impl), (v, _, _) in sorted(b.items())
+            if v is None and a.get((case, impl), (0,))[0] is not None]
+
+
 def fmt_time(v) -> str:
     if v is None:
         return "failed"
@@ -191,15 +200,17 @@ STATUS = {"failed": "**FAILED**", "slower": "slower", "faster": "faster", "fixed
           "gone": "not run", "same": "ok"}
 
 
-def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_changed: bool) -> tuple[str, int]:
+def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_changed: bool,
+             cases: list[str] = ()) -> tuple[str, int]:
     failed = [r for r in rows if r.change == "failed"]
     slower = [r for r in rows if r.change == "slower"]
     faster = [r for r in rows if r.change == "faster"]
-    code = 2 if failed else 1 if slower else 0
-    verdict = "failed" if failed else "slower" if slower else "faster" if faster else "no significant change"
+    code = 2 if failed or cases else 1 if slower else 0
+    verdict = "failed" if code == 2 else "slower" if slower else "faster" if faster else "no significant change"
     worst = max((r.ratio for r in slower), default=None)
     best = min((r.ratio for r in faster), default=None)
     detail = ", ".join(filter(None, [
+        f"{len(cases)} named case{'s' if len(cases) > 1 else ''} failed" if cases else "",
         f"{len(failed)} failed" if failed else "",
         f"{len(slower)} slower (worst x{worst:.3f})" if slower else "",
         f"{len(faster)} faster (best x{best:.3f})" if faster else ""])) or "within the rule"
@@ -207,6 +218,9 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
              f"A change counts when after/before passes {factor} (or 1/{factor}) and asv's Mann-Whitney test on "
              "the recorded samples says they differ (p < 0.002). Time is the median per call; speedup over "
              "naive and % of peak from the same runs.", ""]
+    if cases:
+        lines += [f"Named cases failing at {b[:8]}, so nothing of Quick was timed (tolerances: "
+                  f"verify_attn/accuracy.py): {', '.join(cases)}.", ""]
     head = "| case | impl | before | after | ratio | counts | x naive | % of peak | status |"
     sep = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 
@@ -267,10 +281,11 @@ def main(argv=None) -> int:
     bench_file = args.results / "benchmarks.json"
     benchmarks = json.loads(bench_file.read_text()) if bench_file.exists() else {}
     rows = compare(a_res, b_res, benchmarks, args.factor, args.bench)
-    text, code = markdown(rows, a, b, machine, args.factor, args.only_changed)
+    cases = failed_cases(a_res, b_res) if re.search(args.bench, f"{BENCH}.QuickCases.track_error") else []
+    text, code = markdown(rows, a, b, machine, args.factor, args.only_changed, cases)
     if args.json:
         print(json.dumps({"before": a, "after": b, "machine": machine, "factor": args.factor, "exit": code,
-                          "rows": [asdict(r) | {"case": r.case} for r in rows]}, indent=1))
+                          "failed_cases": cases, "rows": [asdict(r) | {"case": r.case} for r in rows]}, indent=1))
     else:
         print(text, end="")
     return code
