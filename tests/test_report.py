@@ -128,3 +128,25 @@ def test_unknown_commit_is_one_line(results, capsys):
     path, a, _ = results
     with pytest.raises(report.Refusal, match="not a commit"):
         run(path, a, "no-such-commit")
+
+
+def test_a_peer_slowdown_is_shown_but_not_the_verdict(results, capsys, monkeypatch):
+    import dataclasses
+
+    from verify_attn import registry
+
+    path, a, b = results
+    monkeypatch.setitem(registry.IMPLS, "flash", dataclasses.replace(registry.IMPLS["flash"], under_test=False))
+    write(path, "nvidia-h200", b, {**BASE, (65536, "flash"): 6e-3 * 1.10})
+    assert run(path, a, b, "--only-changed") == 0
+    out = capsys.readouterr().out
+    assert "**no significant change**" in out
+    assert "| Quick h64 q9 p65536 | flash |" in out and "(a peer: not counted)" in out
+
+
+def test_an_older_layout_is_labelled_by_its_own_parameters():
+    """Quick gained its heads axis: older results (q_len, prefix, impl) keep readable labels."""
+    names = report.param_names("bench_verify_attn.Quick.track_time",
+                               {"bench_verify_attn.Quick.track_time":
+                                {"param_names": ["heads", "q_len", "prefix_len", "impl"]}}, 3)
+    assert report.label("Quick", names, ("9", "65536", "tc")) == ("Quick q9 p65536", "tc")

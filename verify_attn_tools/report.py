@@ -5,7 +5,8 @@ ratio after/before passes the factor and asv's own test says the recorded sample
 (Mann-Whitney, p < 0.002: the rule of `asv compare` and `asv continuous`). The verdict
 comes first; then one row per case and implementation: time before -> after, the ratio,
 whether it counts, speedup over naive and fraction of peak before -> after, and the
-correctness status. Failures and regressions first; unchanged rows are folded (dropped with
+correctness status. A peer's speed (torch, FlashMLA: not under test) is shown but does not
+decide the verdict. Failures and regressions first; unchanged rows are folded (dropped with
 --only-changed). The named cases that fail the gate before Quick's timings (QuickCases) in B
 and did not in A are listed by name. Exit codes as `asv continuous`: 2 when something failed
 in B that did not fail in A, 1 when something got slower, 0 otherwise.
@@ -99,6 +100,8 @@ def param_names(key: str, benchmarks: dict, count: int) -> list[str]:
             names = list(getattr(module, key.split(".")[1]).param_names)
         except (ImportError, AttributeError):
             names = []
+    if len(names) > count and names[-1] == "impl":
+        names = names[-count:]  # an older layout of the class: a leading axis added since (Quick's heads)
     if len(names) != count:
         names = [f"p{k}" for k in range(count - 1)] + ["impl"]
     return names
@@ -131,7 +134,6 @@ def compare(a_res, b_res, benchmarks: dict, factor: float, bench: str) -> list[R
     for key in keys:
         cls = key.split(".")[1]
         a, b = points(a_res, key), points(b_res, key)
-        names = param_names(key, benchmarks, len(next(iter(b or a), ())))
         extra = {}
         for metric in ("track_time_vs_naive", "track_time_vs_roofline"):
             mk = key[: -len("track_time")] + metric
@@ -141,7 +143,7 @@ def compare(a_res, b_res, benchmarks: dict, factor: float, bench: str) -> list[R
             vb, sb_stats, sb = b.get(combo, (float("nan"), None, None))
             if isna(va) and isna(vb) and not (va is None or vb is None):
                 continue  # measured in neither: not this device's grid, or skipped both times
-            case, impl = label(cls, names, combo)
+            case, impl = label(cls, param_names(key, benchmarks, len(combo)), combo)
             ratio = vb / va if not isna(va) and not isna(vb) and va > 0 else None
             significant = False
             if vb is None and va is not None:
@@ -200,11 +202,20 @@ STATUS = {"failed": "**FAILED**", "slower": "slower", "faster": "faster", "fixed
           "gone": "not run", "same": "ok"}
 
 
+def counts(impl: str) -> bool:
+    """Whether impl's speed decides the verdict: a kernel under test (or one no longer registered)."""
+    from verify_attn import registry
+
+    entry = registry.IMPLS.get(impl)
+    return entry is None or entry.under_test
+
+
 def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_changed: bool,
              cases: list[str] = ()) -> tuple[str, int]:
     failed = [r for r in rows if r.change == "failed"]
-    slower = [r for r in rows if r.change == "slower"]
-    faster = [r for r in rows if r.change == "faster"]
+    # A peer's speed (torch, FlashMLA) is shown but is not the pull request's verdict.
+    slower = [r for r in rows if r.change == "slower" and counts(r.impl)]
+    faster = [r for r in rows if r.change == "faster" and counts(r.impl)]
     code = 2 if failed or cases else 1 if slower else 0
     verdict = "failed" if code == 2 else "slower" if slower else "faster" if faster else "no significant change"
     worst = max((r.ratio for r in slower), default=None)
@@ -228,7 +239,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
         return (f"| {r.case} | {r.impl} | {fmt_time(r.before)} | {fmt_time(r.after)} | {ratio} | "
                 f"{'yes' if r.significant else 'no'} | {fmt_pair(r.speedup, 'x')} | {fmt_pair(r.peak, '%')} | "
-                f"{STATUS[r.change]} |")
+                f"{STATUS[r.change]}{'' if counts(r.impl) or not r.significant else ' (a peer: not counted)'} |")
 
     changed = [r for r in rows if r.change not in ("same", "new", "gone")]
     same = [r for r in rows if r.change == "same"]
