@@ -12,11 +12,13 @@ from verify_attn_tools import detect
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_the_planted_loop_applies(tmp_path):
+@pytest.mark.parametrize("plant", ["time", "work"])
+def test_the_planted_loop_applies(tmp_path, plant):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
-    detect.edit_flash(tmp_path, 5, "plant")
+    detect.edit_flash(tmp_path, 5, "plant", plant=plant)
     text = (tmp_path / "kernels" / "flash.cu").read_text()
-    assert detect.planted_loop(5) in text and detect.LOOP not in text
+    assert detect.planted_loop(5, plant=plant) in text and text.count("planted 5%") == 1
+    assert ("struct DetectPlant" in text) == (plant == "time")
     detect.edit_flash(tmp_path, None, "a later commit")  # a commit after the plant still applies
     assert text in (tmp_path / "kernels" / "flash.cu").read_text()
 
@@ -25,8 +27,11 @@ def test_the_plant_targets_the_head_counts_asked(tmp_path):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
     detect.edit_flash(tmp_path, 3, "plant", heads=(8, 16))
     text = (tmp_path / "kernels" / "flash.cu").read_text()
-    assert "(p.heads == 8 || p.heads == 16 ? (key_end - key_begin) * 3 / 100 : 0)" in text
+    assert "DetectPlant detect_plant(clock64(), p.heads == 8 || p.heads == 16 ? 3 : 0);" in text
     assert "p.heads == 64" not in text
+    detect.edit_flash(tmp_path, 3, "plant", heads=(8, 16), plant="work")
+    text = (tmp_path / "kernels" / "flash.cu").read_text()
+    assert "(p.heads == 8 || p.heads == 16 ? (key_end - key_begin) * 3 / 100 : 0)" in text
 
 
 def test_compare_rows_are_read_with_their_head_count():
@@ -43,8 +48,9 @@ def test_compare_rows_are_read_with_their_head_count():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
-def test_the_planted_kernel_compiles(tmp_path):
+@pytest.mark.parametrize("plant", ["time", "work"])
+def test_the_planted_kernel_compiles(tmp_path, plant):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
-    detect.edit_flash(tmp_path, 10, "plant", heads=(8, 16))
+    detect.edit_flash(tmp_path, 10, "plant", heads=(8, 16), plant=plant)
     subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "-c", "-o", str(tmp_path / "f.o"),
                     str(tmp_path / "kernels" / "flash.cu")], check=True, capture_output=True)
