@@ -1,8 +1,10 @@
 """The detection-power tool can still plant its slowdown (at heads 64, or at heads 8 and 16
 only), the plant keeps the output, and it reads asv compare's Quick rows."""
 
+import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,37 @@ def test_the_planted_kernel_compiles(tmp_path, plant):
     detect.edit_flash(tmp_path, 10, "plant", heads=(8, 16), plant=plant)
     subprocess.run(["nvcc", "-std=c++17", "-arch=sm_90", "-c", "-o", str(tmp_path / "f.o"),
                     str(tmp_path / "kernels" / "flash.cu")], check=True, capture_output=True)
+
+
+def test_sizes_name_their_head_counts_and_runs():
+    vs = [detect.variant(s, (64,), 3) for s in ("0x20", "2x10", "3", "2@8,16x10")]
+    assert [(v.pct, v.heads, v.runs) for v in vs] == [(0, (), 20), (2, (64,), 10), (3, (64,), 3), (2, (8, 16), 10)]
+    assert len({v.branch for v in vs}) == 4
+    rounds = detect.rounds(vs)
+    assert len(rounds) == 20 and len(rounds[0]) == 4 and rounds[19] == [vs[0]]
+    with pytest.raises(ValueError, match="not in the grid"):
+        detect.variant("2@7")
+    with pytest.raises(ValueError, match="PCT"):
+        detect.variant("2%")
+
+
+def test_paired_runs_the_base_once_a_round(tmp_path):
+    """The mechanics on the CPU (the plant is in the CUDA kernel, so nothing is slower here):
+    one round, the base run once, each size run and compared with it, the table read."""
+    from conftest import checkout_copy
+
+    repo, env = checkout_copy(tmp_path)
+    subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], cwd=repo, env=env,
+                   check=True, capture_output=True)
+    out, log = tmp_path / "detect.json", tmp_path / "detect.log"
+    proc = subprocess.run([sys.executable, "-m", "verify_attn", "detect", "--machine", "ci", "--paired",
+                           "--sizes", "0x1", "3@8x1", "--json", str(out), "--log", str(log)],
+                          cwd=repo, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["variant"] for r in runs] == ["0% (no-op)", "3% at heads 8"]
+    for r in runs:
+        assert r["exit"] in (0, 1) and r["flagged"] == (r["exit"] == 1)
+        assert set(r["cases"]) == {f"{i} h8 q9 p{p}" for i in ("naive", "flash") for p in (0, 2048)}
+    commits = [line for line in log.read_text().splitlines() if " run " in line and "For verify-attn commit" in line]
+    assert len(commits) == 3  # the base once, then the two sizes

@@ -1,6 +1,7 @@
 """Detection power: how often ``asv continuous`` flags a planted slowdown, and a no-op.
 
     python -m verify_attn detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--heads 8 16] [--gpus 0,1]
+    python -m verify_attn detect --paired --sizes 0x20 2x10 3x10 2@8,16x10 3@8,16x10 --gpus 0,1
 
 In a throwaway clone (never main), each size S gets a branch whose one commit makes the
 flash kernel S% slower at the given head counts (default 64; --heads 8 16 plants where Quick
@@ -10,6 +11,11 @@ has fewer points), the output unchanged; size 0 is a comment-only change to the 
 S% more key tiles, fully masked, which read no memory and so cost less than S% where the
 kernel is memory- or latency-bound (at heads 8 and 16 a 2% work plant measured 1.00-1.01). Every (size, repeat) runs ``asv continuous
 -f FACTOR base branch`` on the Quick timings; a run is flagged when continuous exits 1.
+A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and 16, ten
+runs. ``--paired`` measures the same thing for a third less GPU time: in each round the base
+is run once (``asv run``) and every size due in that round is run and compared with it
+(``asv compare -f FACTOR``: the table and rule continuous prints), flagged when a Quick timing
+got significantly worse; rounds are dealt out to the GPUs.
 ``--find`` also builds a chain of 9 commits with the 10% slowdown in the middle and checks
 that ``asv find`` names it. Prints the table; --json writes it.
 """
@@ -17,6 +23,7 @@ that ``asv find`` names it. Prints the table; --json writes it.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import os
 import re
@@ -73,6 +80,41 @@ def ratios(table: str) -> dict[str, dict]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A planted change: pct% slower at these head counts (pct 0: a comment only), run `runs` times."""
+
+    pct: int
+    heads: tuple[int, ...]
+    runs: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.pct}%" + (f" at heads {'/'.join(map(str, self.heads))}" if self.pct else " (no-op)")
+
+    @property
+    def branch(self) -> str:
+        return f"plant-{self.pct}" + (f"-h{'-'.join(map(str, self.heads))}" if self.pct else "")
+
+
+def variant(spec: str, heads=(64,), repeats: int = 3) -> Variant:
+    """PCT[@H,H..][xRUNS], e.g. 3, 2@8,16, 0x20 (heads and runs default to --heads, --repeats)."""
+    m = re.fullmatch(r"(\d+)(?:@(\d+(?:,\d+)*))?(?:x(\d+))?", spec)
+    if not m:
+        raise ValueError(f"--sizes: {spec!r} is not PCT[@HEADS][xRUNS] (e.g. 2@8,16x10)")
+    at = tuple(int(h) for h in m[2].split(",")) if m[2] else tuple(heads)
+    wrong = [h for h in at if h not in grid.HEADS]
+    if wrong:
+        raise ValueError(f"--sizes: {spec!r} plants at heads {wrong}, not in the grid's {grid.HEADS}")
+    pct = int(m[1])
+    return Variant(pct, at if pct else (), int(m[3]) if m[3] else repeats)
+
+
+def rounds(variants: list[Variant]) -> list[list[Variant]]:
+    """Round r holds every variant with more than r runs."""
+    return [[v for v in variants if v.runs > r] for r in range(max(v.runs for v in variants))]
+
+
 def sh(cmd, cwd, env=None, check=True):
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     if check and proc.returncode != 0:
@@ -99,16 +141,16 @@ def edit_flash(repo: Path, pct: int | None, note: str, heads=(64,), plant: str =
     path.write_text(text + f"// {note}\n")
 
 
-def make_clone(workdir: Path, name: str, sizes: list[int], heads, plant: str) -> tuple[Path, str, dict[int, str]]:
-    """A clone with a branch per size off the current HEAD."""
+def make_clone(workdir: Path, name: str, variants: list[Variant], plant: str) -> tuple[Path, str, dict]:
+    """A clone with a branch per variant off the current HEAD."""
     repo = workdir / name
     sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
     base = sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()
     branches = {}
-    for pct in sizes:
-        sh(["git", "checkout", "-q", "-B", f"plant-{pct}", base], repo)
-        edit_flash(repo, pct, f"plant {pct}%" if pct else "a comment: changes nothing", heads, plant)
-        branches[pct] = git_commit(repo, f"plant {pct}%")
+    for v in variants:
+        sh(["git", "checkout", "-q", "-B", v.branch, base], repo)
+        edit_flash(repo, v.pct, f"plant {v.label}" if v.pct else "a comment: changes nothing", v.heads or (64,), plant)
+        branches[v] = git_commit(repo, f"plant {v.label}")
     sh(["git", "checkout", "-q", base], repo)
     return repo, base, branches
 
@@ -130,22 +172,41 @@ def asv(repo: Path, env: dict, *args, check=True):
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), "")
 
 
-def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, int]], sizes: list[int], factor: float,
-              machine: str, heads, plant: str) -> list[dict]:
+def record(v: Variant, rep: int, exit_code: int, flagged: bool, t0: float, table: str, log: str) -> dict:
+    out = {"pct": v.pct, "heads": list(v.heads), "variant": v.label, "repeat": rep, "exit": exit_code,
+           "flagged": flagged, "seconds": round(time.perf_counter() - t0, 1), "cases": ratios(table),
+           "log_tail": log[-800:]}
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, list[Variant]]], variants: list[Variant],
+              factor: float, machine: str, plant: str, paired: bool) -> list[dict]:
+    """jobs: (round, the variants due in it). Continuous: one `asv continuous` a variant.
+    Paired: the base run once a round, then each variant run and compared with it."""
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    repo, base, branches = make_clone(workdir, f"clone-{gpu}", sizes, heads, plant)
+    repo, base, branches = make_clone(workdir, f"clone-{gpu}", variants, plant)
+    f = ["--machine", machine, "-f", str(factor)]
     out = []
-    for pct, rep in jobs:
-        t0 = time.perf_counter()
-        proc = asv(repo, env, "continuous", "--machine", machine, "-f", str(factor), "-b", BENCH, base,
-                   branches[pct], check=False)
-        table = asv(repo, env, "compare", "--machine", machine, "-f", str(factor), base, branches[pct]).stdout
-        out.append({"pct": pct, "repeat": rep, "exit": proc.returncode, "flagged": proc.returncode == 1,
-                    "seconds": round(time.perf_counter() - t0, 1), "cases": ratios(table),
-                    "log_tail": (proc.stdout + proc.stderr)[-800:]})
-        print(json.dumps(out[-1]), flush=True)
+    for rep, due in jobs:
+        if paired:
+            asv(repo, env, "run", "--machine", machine, "--record-samples", "-b", BENCH, f"{base}^!")
+        for v in due:
+            t0 = time.perf_counter()
+            if paired:
+                run = asv(repo, env, "run", "--machine", machine, "--record-samples", "-b", BENCH,
+                          f"{branches[v]}^!", check=False)
+                table = asv(repo, env, "compare", *f, base, branches[v]).stdout
+                worse = any(c["mark"] in "+!" and c["mark"] for c in ratios(table).values())
+                code = run.returncode or int(worse)
+                out.append(record(v, rep, code, worse, t0, table, run.stdout + run.stderr))
+            else:
+                proc = asv(repo, env, "continuous", *f, "-b", BENCH, base, branches[v], check=False)
+                table = asv(repo, env, "compare", *f, base, branches[v]).stdout
+                out.append(record(v, rep, proc.returncode, proc.returncode == 1, t0, table,
+                                  proc.stdout + proc.stderr))
     return out
 
 
@@ -172,46 +233,54 @@ def run_find(workdir: Path, machine: str, gpu: str | None, heads, plant: str) ->
 
 def main(argv=None) -> int:
     p = parser("detect", __doc__)
-    p.add_argument("--sizes", nargs="+", type=int, default=[0, 3, 5, 10])
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--sizes", nargs="+", default=["0", "3", "5", "10"],
+                   help="planted slowdowns in %%, each PCT[@HEADS][xRUNS] (e.g. 0x20 2@8,16x10)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of a size that names none")
     p.add_argument("--factor", type=float, default=1.03)
     p.add_argument("--heads", nargs="+", type=int, default=[64], choices=grid.HEADS,
-                   help="the head counts the slowdown is planted at (default 64)")
+                   help="the head counts a size that names none is planted at (default 64)")
     p.add_argument("--plant", default="time", choices=["time", "work"],
                    help="time: each key-loop iteration spins S%% longer (default); work: S%% more (masked) key tiles")
+    p.add_argument("--paired", action="store_true",
+                   help="run the base once a round and compare every size due with it (a third less GPU time)")
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
     p.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
     p.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
     p.add_argument("--json", type=Path)
     p.add_argument("--log", type=Path, help="append every asv command's output here as it runs")
     args = p.parse_args(argv)
+    try:
+        variants = [variant(s, args.heads, args.repeats) for s in args.sizes]
+    except ValueError as exc:
+        p.error(str(exc))
     global LOG
     LOG = args.log.resolve() if args.log else None
     gpus = args.gpus.split(",") if args.gpus else [None]
-    jobs = [(pct, rep) for rep in range(args.repeats) for pct in args.sizes]
+    jobs = list(enumerate(rounds(variants)))
+    if not args.paired:  # spread single runs, not rounds
+        jobs = [(rep, [v]) for rep, due in jobs for v in due]
     shards = [jobs[i::len(gpus)] for i in range(len(gpus))]
     with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp:
         workdir = Path(tmp)
         with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
-            futures = [pool.submit(run_shard, workdir, g, s, args.sizes, args.factor, args.machine, args.heads,
-                                   args.plant)
-                       for g, s in zip(gpus, shards)]
+            futures = [pool.submit(run_shard, workdir, g, s, variants, args.factor, args.machine, args.plant,
+                                   args.paired) for g, s in zip(gpus, shards) if s]
             find = pool.submit(run_find, workdir, args.machine, gpus[-1], args.heads, args.plant) if args.find else None
             runs = [r for f in futures for r in f.result()]
             found = find.result() if find else None
-    planted = "/".join(map(str, args.heads))
-    print(f"\nasv continuous -f {args.factor} -b '{BENCH}', {args.plant} slowdown planted in flash at heads {planted}")
-    print(f"{'planted':>8s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) per point")
-    for pct in args.sizes:
-        mine = [r for r in runs if r["pct"] == pct]
-        shown = " ".join(f"{c}={v['ratio']}{v['mark']}" for r in mine for c, v in sorted(r["cases"].items())
-                         if c.startswith("flash"))
-        print(f"{pct:7d}% {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {shown}")
+    how = "asv run + compare, the base once a round" if args.paired else "asv continuous"
+    print(f"\n{how}, -f {args.factor} -b '{BENCH}', {args.plant} plant in flash")
+    print(f"{'planted':>22s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) at the planted head counts")
+    for v in variants:
+        mine = [r for r in runs if r["variant"] == v.label]
+        at = tuple(f"h{h} " for h in (v.heads or grid.HEADS))
+        shown = " ".join(f"{c}={x['ratio']}{x['mark']}" for r in mine for c, x in sorted(r["cases"].items())
+                         if c.startswith("flash") and any(a in c for a in at))
+        print(f"{v.label:>22s} {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {shown}")
     if found:
         print(f"\nasv find over {found['range']} commits: planted {found['planted']}, found {found['found']} "
               f"({found['seconds']} s)")
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "find": found, "factor": args.factor, "plant": args.plant,
-                                         "heads": args.heads}, indent=1))
+                                         "paired": args.paired, "sizes": args.sizes}, indent=1))
     return 0
-
