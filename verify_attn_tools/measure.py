@@ -32,15 +32,20 @@ def variant(spec: str) -> tuple[str, str, dict[str, str]]:
     return f"{impl}[{','.join(f'{k}={v}' for k, v in env.items())}]", impl, env
 
 
+def set_env(env: dict[str, str | None]) -> None:
+    """Set these variables (None: unset); os.environ writes through to the C environment that
+    the kernels' launchers read."""
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
 def in_env(env: dict[str, str | None], call):
-    """call, run with these variables set (None: unset); os.environ writes through to the C
-    environment that the kernels' launchers read."""
+    """call, run with these variables set."""
     def run():
-        for name, value in env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        set_env(env)
         return call()
     return run
 
@@ -63,14 +68,13 @@ def measure_variants(case: cases.Case, impls: list[str], variants: list[tuple], 
             continue
         if ref is None:
             ref = reference(first.q, first.kv, first.parent, first.prefix_lens, first.scale, first.kv_indices)
-        in_env(env, lambda: None)()
+        set_env(env)
         results[label].error = accuracy.run_check(impl, first, ref)
         results[label].plan = ops.launch_plan(impl, op_args(first, *accuracy.poisoned_outputs(first.q)))
         if results[label].error.ok:
             passing[label] = [in_env(env, prepare(impl, s)) for s in sets]
-    in_env(default, lambda: None)()
-    timings = timer.time_many(passing)
-    in_env(default, lambda: None)()
+    timings = timer.time_many(passing)  # each call sets its own variables
+    set_env(default)
     base = timings.get(registry.baseline())
     for label, timing in timings.items():
         results[label].timing = timing
