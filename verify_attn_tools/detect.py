@@ -1,21 +1,28 @@
-"""Detection power: how often ``asv continuous`` flags a planted slowdown, and a no-op.
+"""Detection power: how often the pull-request check flags a planted slowdown, and a no-op.
 
-    python -m verify_attn detect --sizes 0 3 5 10 --repeats 3 --factor 1.03 [--heads 8 16] [--gpus 0,1]
-    python -m verify_attn detect --paired --sizes 0x20 2x10 3x10 2@8,16x10 3@8,16x10 --gpus 0,1
+    python -m verify_attn detect --sizes 0x20 2x10 3x10 2@8,16x10 3@8,16x10 [--gpus 0,1]
+    python -m verify_attn detect --check continuous --machine M --sizes 0 3 5 10 --repeats 3
 
 In a throwaway clone (never main), each size S gets a branch whose one commit makes the
 flash kernel S% slower at the given head counts (default 64; --heads 8 16 plants where Quick
 has fewer points), the output unchanged; size 0 is a comment-only change to the same file.
+On a GPU the plant is in kernels/flash.cu, on the CPU in flash's CPU twin (kernels/cpu.cpp).
 --plant time (the default) makes every iteration of the key loop spin until it has taken
-(100 + S)% of its own time, so the kernel is S% slower whatever bounds it; --plant work adds
-S% more key tiles, fully masked, which read no memory and so cost less than S% where the
-kernel is memory- or latency-bound (at heads 8 and 16 a 2% work plant measured 1.00-1.01). Every (size, repeat) runs ``asv continuous
--f FACTOR base branch`` on the Quick timings; a run is flagged when continuous exits 1.
-A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and 16, ten
-runs. ``--paired`` measures the same thing for a third less GPU time: in each round the base
-is run once (``asv run``) and every size due in that round is run and compared with it
-(``asv compare -f FACTOR``: the table and rule continuous prints), flagged when a Quick timing
-got significantly worse; rounds are dealt out to the GPUs.
+(100 + S)% of its own time, so the kernel is S% slower whatever bounds it; --plant work (GPU)
+adds S% more key tiles, fully masked, which read no memory and so cost less than S% where
+the kernel is memory- or latency-bound (at heads 8 and 16 a 2% work plant measured 1.00-1.01).
+A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and 16, ten runs.
+
+--check picks the check a run is:
+  ab          (default) `python -m verify_attn ab BASE -f FACTOR` with the size's branch checked
+              out: both kernels in one fresh process, paired (verify_attn_tools/ab.py);
+              flagged when it exits 1.
+  continuous  `asv continuous -f FACTOR -b Quick` on the Quick timings; flagged on exit 1.
+  paired      in each round the base is run once (`asv run`) and every size due in that round
+              is run and compared with it (`asv compare -f FACTOR`, the table and rule
+              continuous prints), flagged when a Quick timing got significantly worse: a third
+              less GPU time than continuous.
+Rounds (every size once, then again) are dealt out to the GPUs, one clone each.
 ``--find`` also builds a chain of 9 commits with the 10% slowdown in the middle and checks
 that ``asv find`` names it. Prints the table; --json writes it.
 """
@@ -33,12 +40,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from verify_attn import grid
+from verify_attn import grid, suite
 
 from . import ROOT
 from .cli import parser
 
 LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
+CPU_LOOP = "for (int t0 = begin; t0 < end; t0 += kCpuTileKeys) {"
 BENCH = r"Quick\.track_time(?!_)"
 # A Quick.track_time row of `asv compare`: the mark, the ratio, then (heads, q_len, prefix_len, impl).
 ROW = re.compile(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
@@ -61,9 +69,25 @@ struct DetectPlant {  // planted by verify_attn_tools/detect.py
 };
 """
 
+CPU_SPIN = """
+#include <chrono>
+struct DetectPlant {  // planted by verify_attn_tools/detect.py
+  std::chrono::steady_clock::time_point t0;
+  int pct;
+  explicit DetectPlant(int p) : t0(std::chrono::steady_clock::now()), pct(p) {}
+  ~DetectPlant() {
+    const auto d = std::chrono::steady_clock::now() - t0;
+    while (pct > 0 && std::chrono::steady_clock::now() - t0 < d + d * pct / 100) {
+    }
+  }
+};
+"""
 
-def planted_loop(pct: int, heads=(64,), plant: str = "time") -> str:
+
+def planted_loop(pct: int, heads=(64,), plant: str = "time", cpu: bool = False) -> str:
     at = " || ".join(f"p.heads == {h}" for h in heads)
+    if cpu:
+        return f"{CPU_LOOP}  DetectPlant detect_plant({at} ? {pct} : 0);  // planted {pct}%"
     if plant == "time":
         return f"{LOOP}  DetectPlant detect_plant(clock64(), {at} ? {pct} : 0);  // planted {pct}%"
     extra = f"({at} ? (key_end - key_begin) * {pct} / 100 : 0)"
@@ -128,20 +152,22 @@ def git_commit(repo: Path, message: str) -> str:
     return sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()
 
 
-def edit_flash(repo: Path, pct: int | None, note: str, heads=(64,), plant: str = "time") -> None:
-    path = repo / "kernels" / "flash.cu"
+def edit_flash(repo: Path, pct: int | None, note: str, heads=(64,), plant: str = "time", cpu: bool = False) -> None:
+    """Plant pct% in flash (cpu: in its CPU twin); pct None or 0: a comment in flash.cu only."""
+    path = repo / "kernels" / ("cpu.cpp" if cpu and pct else "flash.cu")
     text = path.read_text()
     if pct:
-        assert LOOP in text, "the flash kernel's key loop moved: update verify_attn_tools/detect.py"
-        text = text.replace(LOOP, planted_loop(pct, heads, plant))
-        if plant == "time":
+        loop = CPU_LOOP if cpu else LOOP
+        assert loop in text, f"flash's key loop in {path.name} moved: update verify_attn_tools/detect.py"
+        text = text.replace(loop, planted_loop(pct, heads, plant, cpu))
+        if plant == "time" or cpu:
             last = text.rindex("#include")
             end = text.index("\n", last) + 1
-            text = text[:end] + SPIN + text[end:]
+            text = text[:end] + (CPU_SPIN if cpu else SPIN) + text[end:]
     path.write_text(text + f"// {note}\n")
 
 
-def make_clone(workdir: Path, name: str, variants: list[Variant], plant: str) -> tuple[Path, str, dict]:
+def make_clone(workdir: Path, name: str, variants: list[Variant], plant: str, cpu: bool) -> tuple[Path, str, dict]:
     """A clone with a branch per variant off the current HEAD."""
     repo = workdir / name
     sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
@@ -149,14 +175,14 @@ def make_clone(workdir: Path, name: str, variants: list[Variant], plant: str) ->
     branches = {}
     for v in variants:
         sh(["git", "checkout", "-q", "-B", v.branch, base], repo)
-        edit_flash(repo, v.pct, f"plant {v.label}" if v.pct else "a comment: changes nothing", v.heads or (64,), plant)
+        edit_flash(repo, v.pct, f"plant {v.label}" if v.pct else "a comment: changes nothing", v.heads or (64,),
+                   plant, cpu)
         branches[v] = git_commit(repo, f"plant {v.label}")
     sh(["git", "checkout", "-q", base], repo)
     return repo, base, branches
 
 
-def asv(repo: Path, env: dict, *args, check=True):
-    cmd = [sys.executable, "-m", "asv", *args]
+def stream(repo: Path, env: dict, cmd: list[str], tag: str, check=True):
     if LOG is None:
         return sh(cmd, repo, env, check)
     # Streamed into the log line by line, so a run cut short still shows how far it got.
@@ -165,47 +191,70 @@ def asv(repo: Path, env: dict, *args, check=True):
                           text=True) as proc, LOG.open("a") as log:
         for line in proc.stdout:
             lines.append(line)
-            log.write(f"[{repo.name} {args[0]} {time.perf_counter() - t0:6.1f} s] {line}")
+            log.write(f"[{repo.name} {tag} {time.perf_counter() - t0:6.1f} s] {line}")
             log.flush()
     if check and proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}:\n{''.join(lines)[-3000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, "".join(lines), "")
 
 
-def record(v: Variant, rep: int, exit_code: int, flagged: bool, t0: float, table: str, log: str) -> dict:
+def asv(repo: Path, env: dict, *args, check=True):
+    return stream(repo, env, [sys.executable, "-m", "asv", *args], args[0], check)
+
+
+def ab_cases(rows: list[dict]) -> dict[str, dict]:
+    """ab's JSON rows in the form ratios() reads from asv compare."""
+    marks = {"slower": "+", "faster": "-", "failed": "!"}
+    return {f"{r['impl']} {r['point']}": {"ratio": "n/a" if r["ratio"] is None else f"{r['ratio']:.4f}",
+                                          "mark": marks.get(r["status"], "")} for r in rows}
+
+
+def record(v: Variant, rep: int, exit_code: int, flagged: bool, t0: float, cases: dict, log: str) -> dict:
     out = {"pct": v.pct, "heads": list(v.heads), "variant": v.label, "repeat": rep, "exit": exit_code,
-           "flagged": flagged, "seconds": round(time.perf_counter() - t0, 1), "cases": ratios(table),
+           "flagged": flagged, "seconds": round(time.perf_counter() - t0, 1), "cases": cases,
            "log_tail": log[-800:]}
     print(json.dumps(out), flush=True)
     return out
 
 
 def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, list[Variant]]], variants: list[Variant],
-              factor: float, machine: str, plant: str, paired: bool) -> list[dict]:
-    """jobs: (round, the variants due in it). Continuous: one `asv continuous` a variant.
-    Paired: the base run once a round, then each variant run and compared with it."""
+              factor: float, machine: str | None, plant: str, check: str, cpu: bool) -> list[dict]:
+    """jobs: (round, the variants due in it). ab: one fresh `verify_attn ab` process a run, the
+    variant checked out. continuous: one `asv continuous` a run. paired: the base run once a
+    round, then each variant run and compared with it."""
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    repo, base, branches = make_clone(workdir, f"clone-{gpu}", variants, plant)
+    repo, base, branches = make_clone(workdir, f"clone-{gpu}", variants, plant, cpu)
     f = ["--machine", machine, "-f", str(factor)]
     out = []
     for rep, due in jobs:
-        if paired:
+        if check == "paired":
             asv(repo, env, "run", "--machine", machine, "--record-samples", "-b", BENCH, f"{base}^!")
         for v in due:
             t0 = time.perf_counter()
-            if paired:
+            if check == "ab":
+                sh(["git", "checkout", "-q", branches[v]], repo)
+                result = workdir / f"{repo.name}.ab.json"
+                result.unlink(missing_ok=True)
+                proc = stream(repo, env, [sys.executable, "-m", "verify_attn", "ab", base, "-f", str(factor),
+                                          "--json", str(result)], "ab", check=False)
+                if proc.returncode not in (0, 1):
+                    raise RuntimeError(f"ab exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
+                rows = json.loads(result.read_text())["rows"]
+                out.append(record(v, rep, proc.returncode, proc.returncode == 1, t0, ab_cases(rows),
+                                  proc.stdout + proc.stderr))
+            elif check == "paired":
                 run = asv(repo, env, "run", "--machine", machine, "--record-samples", "-b", BENCH,
                           f"{branches[v]}^!", check=False)
                 table = asv(repo, env, "compare", *f, base, branches[v]).stdout
                 worse = any(c["mark"] == "+" for c in ratios(table).values())  # a failed run shows in its exit
                 code = run.returncode or int(worse)
-                out.append(record(v, rep, code, worse, t0, table, run.stdout + run.stderr))
+                out.append(record(v, rep, code, worse, t0, ratios(table), run.stdout + run.stderr))
             else:
                 proc = asv(repo, env, "continuous", *f, "-b", BENCH, base, branches[v], check=False)
                 table = asv(repo, env, "compare", *f, base, branches[v]).stdout
-                out.append(record(v, rep, proc.returncode, proc.returncode == 1, t0, table,
+                out.append(record(v, rep, proc.returncode, proc.returncode == 1, t0, ratios(table),
                                   proc.stdout + proc.stderr))
     return out
 
@@ -236,51 +285,61 @@ def main(argv=None) -> int:
     p.add_argument("--sizes", nargs="+", default=["0", "3", "5", "10"],
                    help="planted slowdowns in %%, each PCT[@HEADS][xRUNS] (e.g. 0x20 2@8,16x10)")
     p.add_argument("--repeats", type=int, default=3, help="runs of a size that names none")
-    p.add_argument("--factor", type=float, default=1.03)
+    p.add_argument("--check", default="ab", choices=["ab", "continuous", "paired"],
+                   help="what a run is: ab (default), asv continuous, or asv run + compare against a base run once a round")
+    p.add_argument("--factor", type=float, default=None, help="default: ab's 1.01, asv's 1.03")
     p.add_argument("--heads", nargs="+", type=int, default=[64], choices=grid.HEADS,
                    help="the head counts a size that names none is planted at (default 64)")
     p.add_argument("--plant", default="time", choices=["time", "work"],
                    help="time: each key-loop iteration spins S%% longer (default); work: S%% more (masked) key tiles")
-    p.add_argument("--paired", action="store_true",
-                   help="run the base once a round and compare every size due with it (a third less GPU time)")
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
-    p.add_argument("--machine", required=True, help="asv machine name (asv machine --yes --machine NAME)")
+    p.add_argument("--machine", help="asv machine name, for --check continuous/paired and --find")
     p.add_argument("--find", action="store_true", help="also bisect a planted slowdown with asv find")
     p.add_argument("--json", type=Path)
-    p.add_argument("--log", type=Path, help="append every asv command's output here as it runs")
+    p.add_argument("--log", type=Path, help="append every command's output here as it runs")
     args = p.parse_args(argv)
     try:
         variants = [variant(s, args.heads, args.repeats) for s in args.sizes]
     except ValueError as exc:
         p.error(str(exc))
+    if (args.check != "ab" or args.find) and not args.machine:
+        p.error("--machine is needed for asv (--check continuous/paired, --find)")
+    cpu = suite.device() == "cpu"
+    if cpu and args.plant == "work":
+        p.error("--plant work plants in the CUDA kernel; on the CPU the plant is time")
+    factor = args.factor or (1.01 if args.check == "ab" else 1.03)
     global LOG
     LOG = args.log.resolve() if args.log else None
     gpus = args.gpus.split(",") if args.gpus else [None]
     jobs = list(enumerate(rounds(variants)))
-    if not args.paired:  # spread single runs, not rounds
+    if args.check != "paired":  # spread single runs, not rounds
         jobs = [(rep, [v]) for rep, due in jobs for v in due]
     shards = [jobs[i::len(gpus)] for i in range(len(gpus))]
     with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp:
         workdir = Path(tmp)
         with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
-            futures = [pool.submit(run_shard, workdir, g, s, variants, args.factor, args.machine, args.plant,
-                                   args.paired) for g, s in zip(gpus, shards) if s]
+            futures = [pool.submit(run_shard, workdir, g, s, variants, factor, args.machine, args.plant,
+                                   args.check, cpu) for g, s in zip(gpus, shards) if s]
             find = pool.submit(run_find, workdir, args.machine, gpus[-1], args.heads, args.plant) if args.find else None
             runs = [r for f in futures for r in f.result()]
             found = find.result() if find else None
-    how = "asv run + compare, the base once a round" if args.paired else "asv continuous"
-    print(f"\n{how}, -f {args.factor} -b '{BENCH}', {args.plant} plant in flash")
-    print(f"{'planted':>22s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) at the planted head counts")
+    how = {"ab": "verify_attn ab (paired in one process)", "continuous": f"asv continuous -b '{BENCH}'",
+           "paired": f"asv run + compare -b '{BENCH}', the base once a round"}[args.check]
+    print(f"\n{how}, -f {factor}, {args.plant} plant in flash{' (CPU)' if cpu else ''}")
+    print(f"{'planted':>22s} {'runs':>5s} {'flagged':>8s}   flash ratios (after/before) at the planted head counts: "
+          "min median max")
     for v in variants:
         mine = [r for r in runs if r["variant"] == v.label]
         at = tuple(f"h{h} " for h in (v.heads or grid.HEADS))
-        shown = " ".join(f"{c}={x['ratio']}{x['mark']}" for r in mine for c, x in sorted(r["cases"].items())
-                         if c.startswith("flash") and any(a in c for a in at))
+        seen = sorted(float(x["ratio"].lstrip("~")) for r in mine for c, x in r["cases"].items()
+                      if c.startswith("flash") and any(a in c for a in at) and x["ratio"] != "n/a")
+        shown = f"{seen[0]:.4f} {seen[len(seen) // 2]:.4f} {seen[-1]:.4f} ({len(seen)} points)" if seen else "-"
         print(f"{v.label:>22s} {len(mine):5d} {sum(r['flagged'] for r in mine):8d}   {shown}")
     if found:
         print(f"\nasv find over {found['range']} commits: planted {found['planted']}, found {found['found']} "
               f"({found['seconds']} s)")
     if args.json:
-        args.json.write_text(json.dumps({"runs": runs, "find": found, "factor": args.factor, "plant": args.plant,
-                                         "paired": args.paired, "sizes": args.sizes}, indent=1))
+        args.json.write_text(json.dumps({"runs": runs, "find": found, "factor": factor, "plant": args.plant,
+                                         "check": args.check, "device": "cpu" if cpu else "cuda",
+                                         "sizes": args.sizes}, indent=1))
     return 0

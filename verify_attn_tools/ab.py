@@ -1,0 +1,251 @@
+"""Paired check: a base commit's kernels and the checkout's, timed in one process, in turn.
+
+    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--json FILE]
+
+BASE (a git revision, default main) has its kernels/ built from git into its own op
+namespace (va_base) beside the checkout's own build (the working tree as it is, committed or
+not). At every Quick point of this device (verify_attn.grid) each kernel under test is
+timed base and head in turn on the same inputs, half the pairs base first and half head
+first, with the suite's timer. Why: between two processes the same kernel's time moves by
+about 2% on the H200 and by 4-6% on a busy 2-core CPU, which `asv continuous` (one process
+a commit) cannot tell from a change; the two samples of a pair share the process, the clock
+and the load, and their ratio does not move with them.
+
+Per kernel and point: the ratio is the median of the pairs' head/base time ratios; "slower"
+when it is above the factor and at least the sign test's share of pairs is slower (two-sided,
+p < 0.01: 17 of 20 pairs, 10 of 10), "faster" the other way round. Before timing, the
+checkout's kernels must pass every named case (verify_attn.parity, the Quick gate), and
+both sides each timed point, against the float64 reference.
+Exit 2 when the checkout fails a check (nothing is timed), 1 when a kernel got slower,
+0 otherwise; a markdown table on stdout (a pull request's comment), --json for the rows.
+
+The base is built with this checkout's registry and binding generator: a kernel whose
+sources were renamed or added since BASE cannot be compared here (asv continuous can).
+A change to the Python package alone (verify_attn/) is asv's to see: ab times both sides
+through it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from verify_attn import accuracy, build, cases, ops, parity, registry, suite
+from verify_attn.measure import input_sets, op_args, prepare, skip_reason
+from verify_attn.reference import reference
+
+from . import ROOT
+from .cli import Refusal, parser
+
+NS = "va_base"  # the base's op namespace: torch.ops.va_base.<impl>
+ALPHA = 0.01
+SLOW_CALL_S = 0.02  # a kernel call longer than this gets at most 10 pairs (naive at 64K: 0.14 s)
+LIBRARY = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\(\s*verify_attn\s*,")
+
+
+def git(*args: str, text: bool = True):
+    proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=text)
+    if proc.returncode != 0:
+        err = proc.stderr if text else proc.stderr.decode(errors="replace")
+        raise Refusal(f"git {' '.join(args)}: {err.strip().splitlines()[-1] if err.strip() else 'failed'}")
+    return proc.stdout
+
+
+def renamed(source: bytes, ns: str) -> bytes:
+    """A source with its op registrations moved to namespace ns (the C++ namespace moves by
+    -Dverify_attn=ns; a TORCH_LIBRARY argument is stringified, which no macro reaches)."""
+    return LIBRARY.sub(rf"\1({ns},", source.decode()).encode()
+
+
+def base_library(rev: str, ns: str = NS) -> build.Library:
+    """rev's kernels/ as a library of its own: this checkout's spec (sources, generated
+    bindings, flags, target) with rev's files, every registration in namespace ns."""
+    spec = build.spec()
+    listed = git("ls-tree", "--name-only", f"{rev}:kernels").split()
+    names = [*spec.cpu_sources, *(spec.kernel_sources if spec.cuda else ())]
+    missing = [n for n in names if n not in listed]
+    if missing:
+        raise Refusal(f"{rev} has no kernels/{missing[0]}, which this checkout's registry compiles: "
+                      "ab compares kernels built under one registry (asv continuous compares any two commits)")
+    names += [n for n in listed if n.endswith(".h")]
+    files = {n: renamed(git("show", f"{rev}:kernels/{n}", text=False), ns) for n in names}
+    files.update({n: renamed(t.encode(), ns) for n, t in spec.generated.items()})
+    define = (f"-Dverify_attn={ns}",)
+    return build.Library(name=f"verify_attn_{ns}", files=files, sources=tuple(n for n in files if not n.endswith(".h")),
+                         cxx_flags=build.CXX_FLAGS + define, cuda_flags=build.CUDA_FLAGS + define,
+                         arch=build.target()["arch"])
+
+
+def sign_p(k: int, n: int) -> float:
+    """Two-sided exact sign test: the chance of a split at least as uneven as k of n."""
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, j) for j in range(max(k, n - k), n + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclasses.dataclass
+class Row:
+    point: str                     # "h64 q9 p2048"
+    impl: str
+    status: str                    # slower, faster, same, failed (the checkout), base failed
+    base_s: float | None = None    # medians of the samples
+    head_s: float | None = None
+    ratio: float | None = None     # median of the pairs' head/base ratios
+    slower: int = 0                # pairs where head took longer
+    pairs: int = 0
+    p: float | None = None         # sign test
+    reason: str = ""
+
+
+def judge(base: list[float], head: list[float], factor: float, alpha: float = ALPHA) -> tuple[str, float, int, float]:
+    """(status, median ratio, slower pairs, p) of paired samples."""
+    ratios = [h / b for b, h in zip(base, head)]
+    ratio = statistics.median(ratios)
+    slower = sum(r > 1 for r in ratios)
+    p = sign_p(slower, len(ratios))
+    if p < alpha and ratio > factor and slower > len(ratios) / 2:
+        return "slower", ratio, slower, p
+    if p < alpha and ratio < 1 / factor and slower < len(ratios) / 2:
+        return "faster", ratio, slower, p
+    return "same", ratio, slower, p
+
+
+def checked(op, impl: str, inputs, ref) -> accuracy.Error:
+    """The base's op on poisoned outputs against the reference (accuracy.run_check's rule)."""
+    out, lse = accuracy.poisoned_outputs(inputs.q)
+    try:
+        op(*op_args(inputs, out, lse))
+    except RuntimeError as exc:
+        return accuracy.Error(math.nan, math.nan, math.nan, False, str(exc).splitlines()[0])
+    return accuracy.measure(impl, out, lse, *ref)
+
+
+def gate(device: str, impls: list[str]) -> list[str]:
+    """The checkout's failures on the named cases (the Quick gate's check)."""
+    failed = []
+    for case in parity.named(device):
+        for o in parity.check(cases.make_inputs(case, device, 0), impls, case):
+            if o.error is not None and not o.error.ok:
+                failed.append(f"{o.impl} on {case.name} ({o.error.reason})")
+    return failed
+
+
+def compare_point(h: int, q_len: int, prefix: int, impls: list[str], factor: float, pairs: int, seed: int) -> list[Row]:
+    sel = suite.selection("quick")
+    dev = suite.device()
+    case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+    sets = input_sets(case, dev, seed)
+    first = sets[0]
+    point = f"h{h} q{q_len} p{prefix}"
+    runnable = [i for i in impls if not skip_reason(i, case, first)]
+    if not runnable:
+        return []
+    ref = reference(first.q, first.kv, first.parent, first.prefix_lens, first.scale, first.kv_indices)
+    rows = []
+    for impl in runnable:
+        t0 = time.perf_counter()
+        head_err = accuracy.run_check(impl, first, ref)
+        call_s = time.perf_counter() - t0
+        if not head_err.ok:
+            rows.append(Row(point, impl, "failed", reason=head_err.reason))
+            continue
+        op = getattr(torch.ops.va_base, impl)
+        base_err = checked(op, impl, first, ref)
+        if not base_err.ok:
+            rows.append(Row(point, impl, "base failed", reason=base_err.reason))
+            continue
+        n = min(pairs, 10) if call_s > SLOW_CALL_S else pairs
+        timer = suite.timer()
+        timer.samples = n // 2
+        base_calls = [(lambda args: lambda: op(*args))(op_args(s, *accuracy.poisoned_outputs(s.q))) for s in sets]
+        head_calls = [prepare(impl, s) for s in sets]
+        one = timer.time_many({"base": base_calls, "head": head_calls})
+        two = timer.time_many({"head": head_calls, "base": base_calls})
+        base = one["base"].samples + two["base"].samples
+        head = one["head"].samples + two["head"].samples
+        status, ratio, slower, p = judge(base, head, factor)
+        rows.append(Row(point, impl, status, statistics.median(base), statistics.median(head), ratio, slower,
+                        len(base), p))
+    del ref
+    return rows
+
+
+def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, failed: list[str]) -> str:
+    slower = [r for r in rows if r.status == "slower"]
+    if failed or any(r.status == "failed" for r in rows):
+        verdict = "failed"
+    elif slower:
+        worst = max(r.ratio for r in slower)
+        verdict = f"slower ({len(slower)} slower, worst x{worst:.3f})"
+    else:
+        faster = [r for r in rows if r.status == "faster"]
+        verdict = (f"faster ({len(faster)} faster, best x{min(r.ratio for r in faster):.3f})" if faster
+                   else "no change")
+    lines = [f"**verify-attn ab {base} -> {head} on {device}: {verdict}**", "",
+             f"Paired in one process (base and head in turn, same inputs); ratio = median of the pairs' "
+             f"head/base time; slower/faster beyond x{factor:g} with the sign test at p < {ALPHA:g}.", ""]
+    if failed:
+        lines += ["Nothing timed: the checkout fails named cases:", *(f"- {f}" for f in failed), ""]
+    order = {"failed": 0, "slower": 1, "base failed": 2, "faster": 3, "same": 4}
+    lines += ["| point | impl | base ms | head ms | ratio | slower pairs | p | |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    for r in sorted(rows, key=lambda r: (order[r.status], r.point, r.impl)):
+        if r.ratio is None:
+            lines.append(f"| {r.point} | {r.impl} | | | | | | {r.status}: {r.reason} |")
+            continue
+        lines.append(f"| {r.point} | {r.impl} | {r.base_s * 1e3:.4f} | {r.head_s * 1e3:.4f} | {r.ratio:.4f} | "
+                     f"{r.slower}/{r.pairs} | {r.p:.2g} | {'' if r.status == 'same' else r.status} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = parser("ab", __doc__)
+    p.add_argument("base", nargs="?", default="main", help="the git revision to compare with (default main)")
+    p.add_argument("-f", "--factor", type=float, default=1.01,
+                   help="a ratio beyond this (and significant) is a change (default 1.01)")
+    p.add_argument("--impl", nargs="+", choices=registry.names(), help="default: the compiled kernels under test")
+    p.add_argument("--pairs", type=int, default=20, help="pairs a kernel and point, even (default 20; 10 for calls over 20 ms)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if args.pairs < 10 or args.pairs % 2:
+        p.error(f"--pairs must be an even number >= 10 (the sign test needs 10 for p < {ALPHA}), got {args.pairs}")
+    if args.factor < 1:
+        p.error(f"--factor must be >= 1, got {args.factor}")
+    base_sha = git("rev-parse", "--verify", f"{args.base}^{{commit}}").strip()
+    head_sha = git("rev-parse", "HEAD").strip()
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "kernels", "verify_attn").strip())
+    head = f"{head_sha[:8]}{' + working tree' if dirty else ''}"
+    dev = suite.device()
+    impls = [i for i in (args.impl or suite.impls("quick")) if registry.get(i).compiled]
+    if not impls:
+        p.error("--impl: ab compares compiled kernels, and none was chosen")
+    t0 = time.perf_counter()
+    ops.load()
+    build.load_library(base_library(base_sha))
+    missing = [i for i in impls if not hasattr(torch.ops.va_base, i)]
+    if missing:
+        raise Refusal(f"the base's build has no op {missing[0]}")
+    built = time.perf_counter() - t0
+    failed = gate(dev, impls)
+    rows = []
+    if not failed:
+        for h, q_len, prefix in suite.selection("quick").points():
+            rows += compare_point(h, q_len, prefix, impls, args.factor, args.pairs, args.seed)
+    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed)
+    print(text)
+    print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
+    code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
+    if args.json:
+        args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "factor": args.factor,
+                                         "alpha": ALPHA, "exit": code, "failed": failed,
+                                         "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
+    return code
