@@ -79,7 +79,7 @@ def test_paired_runs_the_base_once_a_round(tmp_path):
     subprocess.run([sys.executable, "-m", "asv", "machine", "--yes", "--machine", "ci"], cwd=repo, env=env,
                    check=True, capture_output=True)
     out, log = tmp_path / "detect.json", tmp_path / "detect.log"
-    proc = subprocess.run([sys.executable, "-m", "verify_attn", "detect", "--machine", "ci", "--paired",
+    proc = subprocess.run([sys.executable, "-m", "verify_attn", "detect", "--machine", "ci", "--check", "paired",
                            "--sizes", "0x1", "3@8x1", "--json", str(out), "--log", str(log)],
                           cwd=repo, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -66,8 +66,10 @@ def test_pr_job_runs_quick_continuous_then_the_report_as_status():
     assert "source .ci/setup_env.sh" in run
     assert re.search(r'asv continuous .*-f 1\.03 -b Quick "\$BASE_SHA" "\$HEAD_SHA"', run)
     assert re.search(r'verify_attn report .*-b Quick --factor 1\.03 "\$BASE_SHA" "\$HEAD_SHA"', run)
+    assert re.search(r'verify_attn ab "\$BASE_SHA"', run) and 'git checkout -q --detach "$HEAD_SHA"' in run
+    assert "status=$(( paired > status ? paired : status ))" in run
     assert '>> "$GITHUB_STEP_SUMMARY"' in run
-    assert run.rstrip().endswith('exit "$status"'), "the job's status is the report's exit code"
+    assert run.rstrip().endswith('exit "$status"'), "the job's status is the worse of report and ab"
     comment = doc["jobs"]["comment"]
     assert comment["needs"] == "quick" and comment["permissions"] == {"pull-requests": "write"}
     assert comment["runs-on"] == "ubuntu-latest", "the write token stays off the machine that ran the PR's code"

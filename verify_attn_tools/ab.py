@@ -33,7 +33,9 @@ import math
 import re
 import statistics
 import subprocess
+import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -220,6 +222,16 @@ def main(argv=None) -> int:
         p.error(f"--pairs must be an even number >= 10 (the sign test needs 10 for p < {ALPHA}), got {args.pairs}")
     if args.factor < 1:
         p.error(f"--factor must be >= 1, got {args.factor}")
+    try:
+        return run(args)
+    except Exception as exc:  # a build or git failure is a failed check (2), never "slower" (1)
+        if not isinstance(exc, Refusal):
+            traceback.print_exc()
+        print(f"python -m verify_attn ab: {exc}", file=sys.stderr)
+        return 2
+
+
+def run(args) -> int:
     base_sha = git("rev-parse", "--verify", f"{args.base}^{{commit}}").strip()
     head_sha = git("rev-parse", "HEAD").strip()
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "kernels", "verify_attn").strip())
@@ -227,7 +239,7 @@ def main(argv=None) -> int:
     dev = suite.device()
     impls = [i for i in (args.impl or suite.impls("quick")) if registry.get(i).compiled]
     if not impls:
-        p.error("--impl: ab compares compiled kernels, and none was chosen")
+        raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
     t0 = time.perf_counter()
     ops.load()
     build.load_library(base_library(base_sha))

@@ -1,0 +1,96 @@
+"""The paired check (`python -m verify_attn ab`): its rule on made-up samples, the base's
+build in its own namespace, and, in a copy of this repository on the CPU, a correctness break
+exits 2 untimed and a 2x slowdown of flash's CPU twin exits 1."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import checkout_copy
+from verify_attn_tools import ab, detect
+
+from test_quick_gate import PLANT
+
+
+def test_sign_test_p_values():
+    assert ab.sign_p(10, 10) == pytest.approx(2 / 1024)
+    assert ab.sign_p(0, 10) == pytest.approx(2 / 1024)
+    assert ab.sign_p(17, 20) == pytest.approx(2 * sum(__import__("math").comb(20, k) for k in range(17, 21)) / 2**20)
+    assert ab.sign_p(17, 20) < ab.ALPHA < ab.sign_p(16, 20)
+    assert ab.sign_p(5, 10) == 1.0 and ab.sign_p(0, 0) == 1.0
+
+
+def test_the_rule_needs_both_the_factor_and_the_sign_test():
+    base = [1.0 + 0.001 * (k % 5) for k in range(20)]
+    assert ab.judge(base, [b * 1.02 for b in base], 1.01)[0] == "slower"
+    assert ab.judge(base, [b / 1.02 for b in base], 1.01)[0] == "faster"
+    # Every pair 0.5% slower: significant, under the factor.
+    status, ratio, slower, p = ab.judge(base, [b * 1.005 for b in base], 1.01)
+    assert status == "same" and slower == 20 and p < ab.ALPHA and ratio == pytest.approx(1.005)
+    # A median 3% slower from 12 of 20 pairs: over the factor, not significant.
+    mixed = [b * (1.03 if k % 5 < 3 else 0.99) for k, b in enumerate(base)]
+    assert ab.judge(base, mixed, 1.01)[0] == "same"
+
+
+def test_every_registration_moves_to_the_base_namespace():
+    text = (b'TORCH_LIBRARY(verify_attn, m) {}\nTORCH_LIBRARY_IMPL(verify_attn, CPU, m) {}\n'
+            b'TORCH_LIBRARY_FRAGMENT( verify_attn , m) {}\n#include "verify_attn.h"\nnamespace verify_attn {}\n')
+    out = ab.renamed(text, "va_base").decode()
+    assert out.count("(va_base,") == 3 and '#include "verify_attn.h"' in out and "namespace verify_attn {}" in out
+    lib = ab.base_library("HEAD")
+    assert not any(ab.LIBRARY.search(data.decode()) for data in lib.files.values())
+    assert sum(b"(va_base," in data for data in lib.files.values()) >= 2  # binding.cpp and the generated ops
+    assert "-Dverify_attn=va_base" in lib.cxx_flags
+
+
+def test_a_revision_that_is_not_there_is_refused():
+    from verify_attn_tools.cli import Refusal
+
+    with pytest.raises(Refusal, match="no-such-revision"):
+        ab.base_library("no-such-revision")
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    return checkout_copy(tmp_path_factory.mktemp("ab"))
+
+
+def run_ab(repo, env, tmp_path):
+    out = tmp_path / "ab.json"
+    proc = subprocess.run([sys.executable, "-m", "verify_attn", "ab", "main", "--json", str(out)], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    return proc, json.loads(out.read_text()) if out.exists() else None
+
+
+def test_a_correctness_break_exits_2_untimed(copy, tmp_path):
+    repo, env = copy
+    cpu = repo / "kernels" / "cpu.cpp"
+    clean = cpu.read_text()
+    try:
+        cpu.write_text(clean.replace(*PLANT))
+        proc, result = run_ab(repo, env, tmp_path)
+    finally:
+        cpu.write_text(clean)
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Nothing timed: the checkout fails named cases" in proc.stdout and "+ working tree" in proc.stdout
+    assert result["rows"] == [] and result["failed"] and all(f.startswith("flash on ") for f in result["failed"])
+
+
+def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
+    repo, env = copy
+    cpu = repo / "kernels" / "cpu.cpp"
+    clean = cpu.read_text()
+    try:
+        detect.edit_flash(repo, 100, "planted 2x", heads=(8,), cpu=True)
+        proc, result = run_ab(repo, env, tmp_path)
+    finally:
+        cpu.write_text(clean)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {(r["impl"], r["point"]): r for r in result["rows"]}
+    assert set(rows) == {(i, f"h8 q9 p{p}") for i in ("naive", "flash") for p in (0, 2048)}
+    for p in (0, 2048):
+        r = rows[("flash", f"h8 q9 p{p}")]
+        assert r["status"] == "slower" and r["ratio"] > 1.2 and r["pairs"] >= 10, r
+    assert proc.stdout.startswith(f"**verify-attn ab {result['base'][:8]} -> ")
