@@ -19,10 +19,18 @@ def test_the_planted_loop_applies(tmp_path, plant):
     shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
     detect.edit_flash(tmp_path, 5, "plant", plant=plant)
     text = (tmp_path / "kernels" / "flash.cu").read_text()
-    assert detect.planted_loop(5, plant=plant) in text and text.count("planted 5%") == 1
+    assert detect.planted(5, plant=plant)[1] in text and text.count("planted 5%") == 1
     assert ("struct DetectPlant" in text) == (plant == "time")
     detect.edit_flash(tmp_path, None, "a later commit")  # a commit after the plant still applies
     assert text in (tmp_path / "kernels" / "flash.cu").read_text()
+
+
+def test_the_cpu_plant_applies(tmp_path):
+    shutil.copytree(ROOT / "kernels", tmp_path / "kernels")
+    detect.edit_flash(tmp_path, 100, "plant", heads=(8,), cpu=True)
+    text = (tmp_path / "kernels" / "cpu.cpp").read_text()
+    assert "DetectPlant detect_plant(p.heads == 8 ? 100 : 0);" in text and "#include <chrono>" in text
+    assert (tmp_path / "kernels" / "flash.cu").read_text() == (ROOT / "kernels" / "flash.cu").read_text()
 
 
 def test_the_plant_targets_the_head_counts_asked(tmp_path):

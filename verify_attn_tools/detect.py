@@ -7,8 +7,9 @@ In a throwaway clone (never main), each size S gets a branch whose one commit ma
 flash kernel S% slower at the given head counts (default 64; --heads 8 16 plants where Quick
 has fewer points), the output unchanged; size 0 is a comment-only change to the same file.
 On a GPU the plant is in kernels/flash.cu, on the CPU in flash's CPU twin (kernels/cpu.cpp).
---plant time (the default) makes every iteration of the key loop spin until it has taken
-(100 + S)% of its own time, so the kernel is S% slower whatever bounds it; --plant work (GPU)
+--plant time (the default) makes every block of the split kernel (on the CPU every split
+task) spin at its end until it has taken (100 + S)% of its own time, so the kernel is about S%
+slower whatever bounds it; --plant work (GPU)
 adds S% more key tiles, fully masked, which read no memory and so cost less than S% where
 the kernel is memory- or latency-bound (at heads 8 and 16 a 2% work plant measured 1.00-1.01).
 A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and 16, ten runs.
@@ -45,8 +46,11 @@ from verify_attn import grid, suite
 from . import ROOT
 from .cli import parser
 
+# Where each plant goes: the top of flash's split kernel (time), its key loop (work), the top
+# of a split task of its CPU twin (time).
+BLOCK = "  __shared__ FlashSmem sm;\n"
 LOOP = "for (int t0 = key_begin; t0 < key_end; t0 += kTileKeys) {"
-CPU_LOOP = "for (int t0 = begin; t0 < end; t0 += kCpuTileKeys) {"
+CPU_TASK = "parallel_for(int64_t(p.batch) * p.heads * splits, [&](int64_t task) {\n"
 BENCH = r"Quick\.track_time(?!_)"
 # A Quick.track_time row of `asv compare`: the mark, the ratio, then (heads, q_len, prefix_len, impl).
 ROW = re.compile(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
@@ -54,8 +58,10 @@ ROW = re.compile(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_ver
 LOG: Path | None = None  # --log: every asv command's output, as it runs
 
 
-# The time plant: a guard whose destructor, at the end of every key-loop iteration, spins
-# until the iteration has taken (100 + pct)% of its own time.
+# The time plant: a guard whose destructor, at the end of every block of the split kernel,
+# spins until the block has taken (100 + pct)% of its own time. (A guard on every key-loop
+# iteration measured 1.05-1.06 on the H200 for 2% and 3% alike: two clock reads an iteration
+# cost more than the spin.)
 SPIN = """
 struct DetectPlant {  // planted by verify_attn_tools/detect.py
   long long c0;
@@ -84,14 +90,16 @@ struct DetectPlant {  // planted by verify_attn_tools/detect.py
 """
 
 
-def planted_loop(pct: int, heads=(64,), plant: str = "time", cpu: bool = False) -> str:
+def planted(pct: int, heads=(64,), plant: str = "time", cpu: bool = False) -> tuple[str, str]:
+    """(anchor, what replaces it) for a pct% plant at these head counts."""
     at = " || ".join(f"p.heads == {h}" for h in heads)
+    mark = f"  // planted {pct}%"
     if cpu:
-        return f"{CPU_LOOP}  DetectPlant detect_plant({at} ? {pct} : 0);  // planted {pct}%"
+        return CPU_TASK, f"{CPU_TASK}    DetectPlant detect_plant({at} ? {pct} : 0);{mark}\n"
     if plant == "time":
-        return f"{LOOP}  DetectPlant detect_plant(clock64(), {at} ? {pct} : 0);  // planted {pct}%"
+        return BLOCK, f"{BLOCK}  DetectPlant detect_plant(clock64(), {at} ? {pct} : 0);{mark}\n"
     extra = f"({at} ? (key_end - key_begin) * {pct} / 100 : 0)"
-    return f"for (int t0 = key_begin; t0 < key_end + {extra}; t0 += kTileKeys) {{  // planted {pct}%"
+    return LOOP, f"for (int t0 = key_begin; t0 < key_end + {extra}; t0 += kTileKeys) {{{mark}"
 
 
 def ratios(table: str) -> dict[str, dict]:
@@ -157,9 +165,9 @@ def edit_flash(repo: Path, pct: int | None, note: str, heads=(64,), plant: str =
     path = repo / "kernels" / ("cpu.cpp" if cpu and pct else "flash.cu")
     text = path.read_text()
     if pct:
-        loop = CPU_LOOP if cpu else LOOP
-        assert loop in text, f"flash's key loop in {path.name} moved: update verify_attn_tools/detect.py"
-        text = text.replace(loop, planted_loop(pct, heads, plant, cpu))
+        anchor, replacement = planted(pct, heads, plant, cpu)
+        assert text.count(anchor) == 1, f"the plant's anchor in {path.name} moved: update verify_attn_tools/detect.py"
+        text = text.replace(anchor, replacement)
         if plant == "time" or cpu:
             last = text.rindex("#include")
             end = text.index("\n", last) + 1
