@@ -52,6 +52,22 @@ def test_a_revision_that_is_not_there_is_refused():
         ab.base_library("no-such-revision")
 
 
+def test_a_base_without_a_compiled_source_is_refused(tmp_path, monkeypatch):
+    """A commit that lacks a source this checkout's registry compiles (here every source but
+    binding.cpp) cannot be built under this registry: refused, naming the file."""
+    from conftest import git
+    from verify_attn_tools.cli import Refusal
+
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "binding.cpp").write_text("// only the binding\n")
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "kernels without their sources")
+    monkeypatch.setattr(ab, "ROOT", tmp_path)
+    with pytest.raises(Refusal, match=r"HEAD has no kernels/cpu\.cpp, which this checkout's registry compiles"):
+        ab.base_library("HEAD")
+
+
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory):
     return checkout_copy(tmp_path_factory.mktemp("ab"))

@@ -147,13 +147,13 @@ def gate(device: str, impls: list[str]) -> list[str]:
     return failed
 
 
-def compare_point(h: int, q_len: int, prefix: int, impls: list[str], factor: float, pairs: int, seed: int) -> list[Row]:
-    sel = suite.selection("quick")
-    dev = suite.device()
-    case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor: float, pairs: int,
+                  seed: int) -> list[Row]:
+    """Check both sides at one Quick point, then time each kernel's pairs (timer: the suite's,
+    one for the run, so its clock screening sees every sample)."""
+    dev = timer.device
     sets = input_sets(case, dev, seed)
     first = sets[0]
-    point = f"h{h} q{q_len} p{prefix}"
     runnable = [i for i in impls if not skip_reason(i, case, first)]
     if not runnable:
         return []
@@ -166,14 +166,12 @@ def compare_point(h: int, q_len: int, prefix: int, impls: list[str], factor: flo
         if not head_err.ok:
             rows.append(Row(point, impl, "failed", reason=head_err.reason))
             continue
-        op = getattr(torch.ops.va_base, impl)
+        op = getattr(getattr(torch.ops, NS), impl)
         base_err = checked(op, impl, first, ref)
         if not base_err.ok:
             rows.append(Row(point, impl, "base failed", reason=base_err.reason))
             continue
-        n = min(pairs, 10) if call_s > SLOW_CALL_S else pairs
-        timer = suite.timer()
-        timer.samples = n // 2
+        timer.samples = (min(pairs, 10) if call_s > SLOW_CALL_S else pairs) // 2
         base_calls = [bound(op, s) for s in sets]
         head_calls = [prepare(impl, s) for s in sets]
         # A sample dropped for a low SM clock is retaken after the other's: that pair is a
@@ -251,15 +249,17 @@ def run(args) -> int:
     t0 = time.perf_counter()
     ops.load()
     build.load_library(base_library(base_sha))
-    missing = [i for i in impls if not hasattr(torch.ops.va_base, i)]
+    missing = [i for i in impls if not hasattr(getattr(torch.ops, NS), i)]
     if missing:
         raise Refusal(f"the base's build has no op {missing[0]}")
     built = time.perf_counter() - t0
     failed = gate(dev, impls)
     rows = []
     if not failed:
-        for h, q_len, prefix in suite.selection("quick").points():
-            rows += compare_point(h, q_len, prefix, impls, args.factor, args.pairs, args.seed)
+        sel, timer = suite.selection("quick"), suite.timer()
+        for h, q_len, prefix in sel.points():
+            case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+            rows += compare_point(case, f"h{h} q{q_len} p{prefix}", impls, timer, args.factor, args.pairs, args.seed)
     text = markdown(rows, base_sha[:8], head, dev, args.factor, failed)
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")

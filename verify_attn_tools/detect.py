@@ -9,9 +9,10 @@ has fewer points), the output unchanged; size 0 is a comment-only change to the 
 On a GPU the plant is in kernels/flash.cu, on the CPU in flash's CPU twin (kernels/cpu.cpp).
 --plant time (the default) makes every block of the split kernel (on the CPU every split
 task) spin at its end until it has taken (100 + S)% of its own time, so the kernel is about S%
-slower whatever bounds it; --plant work (GPU)
-adds S% more key tiles, fully masked, which read no memory and so cost less than S% where
-the kernel is memory- or latency-bound (at heads 8 and 16 a 2% work plant measured 1.00-1.01).
+slower whatever bounds it (on the H200 the guard's clock reads add about 1%: read the measured
+ratios); --plant work (GPU) adds S% more key tiles, fully masked, which read no memory and so
+cost less than S% where the kernel is memory- or latency-bound (at heads 8 and 16 a 2% work
+plant measured 1.00-1.01).
 A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and 16, ten runs.
 
 --check picks the check a run is:
@@ -267,7 +268,7 @@ def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, list[Variant
     return out
 
 
-def run_find(workdir: Path, machine: str, gpu: str | None, heads, plant: str) -> dict:
+def run_find(workdir: Path, machine: str, gpu: str | None, heads, plant: str, cpu: bool) -> dict:
     env = dict(os.environ)
     if gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -275,7 +276,7 @@ def run_find(workdir: Path, machine: str, gpu: str | None, heads, plant: str) ->
     sh(["git", "clone", "-q", str(ROOT), str(repo)], workdir)
     commits = [sh(["git", "rev-parse", "HEAD"], repo).stdout.strip()]
     for k in range(1, 10):
-        edit_flash(repo, 10 if k == 5 else None, f"commit {k}", heads, plant)
+        edit_flash(repo, 10 if k == 5 else None, f"commit {k}", heads, plant, cpu)
         commits.append(git_commit(repo, f"commit {k}" + (" (planted 10%)" if k == 5 else "")))
     t0 = time.perf_counter()
     # asv find ignores asv.conf.json's launch_method and would spawn a fresh interpreter (a
@@ -296,8 +297,9 @@ def main(argv=None) -> int:
     p.add_argument("--check", default="ab", choices=["ab", "continuous", "paired"],
                    help="what a run is: ab (default), asv continuous, or asv run + compare against a base run once a round")
     p.add_argument("--factor", type=float, default=None, help="default: ab's 1.01, asv's 1.03")
-    p.add_argument("--heads", nargs="+", type=int, default=[64], choices=grid.HEADS,
-                   help="the head counts a size that names none is planted at (default 64)")
+    p.add_argument("--heads", nargs="+", type=int, default=None, choices=grid.HEADS,
+                   help="the head counts a size that names none is planted at (default 64 on a GPU; on the CPU "
+                        "those its Quick times)")
     p.add_argument("--plant", default="time", choices=["time", "work"],
                    help="time: each key-loop iteration spins S%% longer (default); work: S%% more (masked) key tiles")
     p.add_argument("--gpus", default=None, help="comma-separated GPU ids, one shard each")
@@ -306,13 +308,14 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path)
     p.add_argument("--log", type=Path, help="append every command's output here as it runs")
     args = p.parse_args(argv)
+    cpu = suite.device() == "cpu"
+    heads = args.heads or (sorted({pt[0] for pt in suite.selection("quick").points()}) if cpu else [64])
     try:
-        variants = [variant(s, args.heads, args.repeats) for s in args.sizes]
+        variants = [variant(s, heads, args.repeats) for s in args.sizes]
     except ValueError as exc:
         p.error(str(exc))
     if (args.check != "ab" or args.find) and not args.machine:
         p.error("--machine is needed for asv (--check continuous/paired, --find)")
-    cpu = suite.device() == "cpu"
     if cpu and args.plant == "work":
         p.error("--plant work plants in the CUDA kernel; on the CPU the plant is time")
     factor = args.factor or (1.01 if args.check == "ab" else 1.03)
@@ -328,7 +331,7 @@ def main(argv=None) -> int:
         with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
             futures = [pool.submit(run_shard, workdir, g, s, variants, factor, args.machine, args.plant,
                                    args.check, cpu) for g, s in zip(gpus, shards) if s]
-            find = pool.submit(run_find, workdir, args.machine, gpus[-1], args.heads, args.plant) if args.find else None
+            find = pool.submit(run_find, workdir, args.machine, gpus[-1], heads, args.plant, cpu) if args.find else None
             runs = [r for f in futures for r in f.result()]
             found = find.result() if find else None
     how = {"ab": "verify_attn ab (paired in one process)", "continuous": f"asv continuous -b '{BENCH}'",
