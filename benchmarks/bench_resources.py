@@ -5,7 +5,9 @@ from verify_attn import registry, resources
 
 
 class Resources:
-    params = [[n for n in registry.display_order("cuda") if registry.get(n).cuda_sources], list(resources.ARCHS)]
+    # A pinned-path variant compiles the same sources as its kernel: one row for both.
+    params = [[n for n in registry.display_order("cuda") if registry.get(n).cuda_sources and not registry.get(n).variant_of],
+              list(resources.ARCHS)]
     param_names = ["impl", "arch"]
     timeout = 600
     version = "2"  # per implementation (version 1 was per kernel function)

@@ -36,7 +36,8 @@ class _QuickSubset:
         return suite.measure_quick()
 
 
-UNDER_TEST = [i for i in IMPLS if registry.get(i).under_test]
+# Quick's kernels: those under test with their pinned-path variants (tc_mma), gated and timed here.
+UNDER_TEST = [i for i in registry.display_order(suite.device()) if registry.get(i).under_test]
 
 
 class Quick(_QuickSubset, GridBenchmark):

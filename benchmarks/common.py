@@ -19,10 +19,10 @@ skipped benchmark: raising from a track_ method would mark it failed.
 import abc
 import math
 
-from verify_attn import grid, registry, suite
+from verify_attn import anchor, grid, registry, suite
 
-# The impl parameter of every grid class.
-IMPLS = list(registry.display_order(suite.device()))
+# The impl parameter of every grid class (a kernel's pinned-path variants are Quick's alone).
+IMPLS = [i for i in registry.display_order(suite.device()) if i not in grid.VARIANTS]
 
 
 class GridBenchmark(abc.ABC):
@@ -85,6 +85,19 @@ class GridBenchmark(abc.ABC):
 
     track_time_vs_roofline.unit = "x roofline time (1/fraction of peak, lower is better)"
 
+    def track_time_vs_anchor(self, grid, *params):
+        """The drift-free series: each sample over its pair's sample of the anchor's build of
+        the same kernel (a peer's: the anchor's tc), timed in turn in the same process
+        (verify_attn/anchor.py). Stays put on any start of any machine of a GPU kind while the
+        kernel does not change; lower is better, 1 the anchor's own speed."""
+        ratios = self.timed()["anchor"]
+        if not ratios:  # no anchor build here (no git repository, VERIFY_ATTN_ANCHOR=off)
+            return math.nan
+        return {"samples": ratios, "number": 1}
+
+    track_time_vs_anchor.unit = "x anchor's time (same process; lower is better)"
+    track_time_vs_anchor.version = anchor.version()
+
     def track_error(self, grid, *params):
         """Largest relative error against the float64 reference (recorded even when failing)."""
         return self.entry["max_rel"]
@@ -130,13 +143,14 @@ PLAN_SERIES = {
     "rows_per_block": ("rows_per_block", "rows", "Query rows (token x head pairs) a block computes."),
     "keys_per_tile": ("keys_per_tile", "keys", "Cache rows a shared-memory tile."),
     "smem_bytes": ("smem_bytes", "bytes", "Shared memory a block, static + dynamic."),
+    "path": ("path", "path", "The kernel path the plan chose (verify_attn.registry: tc 0 mma.sync, 1 wgmma)."),
 }
 
 
 def _plan_series(field: str, unit: str, doc: str):
     def track(self, grid, *params):
         plan = self.entry["plan"]  # None: not a CUDA kernel
-        return math.nan if plan is None else plan[field]
+        return math.nan if plan is None or field not in plan else plan[field]
 
     track.__doc__, track.unit = doc, unit
     return track

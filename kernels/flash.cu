@@ -309,8 +309,9 @@ __global__ void __launch_bounds__(kMergeThreads)
 
 }  // namespace
 
-Plan plan_flash(const Params& p, int num_sms) {
+Plan plan_flash(const Params& p, int num_sms, int path) {
   Plan plan;
+  if (path != kAnyPath && path != 0) return plan;  // one path
   const int q_tiles = (p.q_len + kQTile - 1) / kQTile;
   plan.rows_per_block = (p.q_len + q_tiles - 1) / q_tiles;
   plan.threads = kThreads;

@@ -155,8 +155,9 @@ __global__ void __launch_bounds__(kLatent)
 
 }  // namespace
 
-Plan plan_naive(const Params& p, int /*num_sms*/) {
+Plan plan_naive(const Params& p, int /*num_sms*/, int path) {
   Plan plan;
+  if (path != kAnyPath && path != 0) return plan;  // one path
   const int64_t rows = int64_t(p.batch) * p.heads * p.q_len;
   const int chunk = chunk_keys_of(p);
   plan.num_splits = (p.kv_cols + chunk - 1) / chunk;  // chunks, taken one after another

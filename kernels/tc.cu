@@ -1126,15 +1126,17 @@ Layout layout_of(const Params& p, const Plan& plan) {
   return l;
 }
 
-// The sm_90a path runs on compute capability 9.0, where the build compiles for sm_90a, unless
-// VERIFY_ATTN_TC_MMA=1 asks for the portable one (to compare the two on one GPU).
-bool use_wgmma(int dev) {
+// tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
+// wgmma on compute capability 9.0 alone, where the build compiles sm_90a.
+constexpr int kPathMma = 0;
+constexpr int kPathWgmma = 1;
+
+bool has_wgmma(int dev) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
     return false;
-  const char* force = std::getenv("VERIFY_ATTN_TC_MMA");
-  return major == 9 && minor == 0 && !(force != nullptr && force[0] == '1');
+  return major == 9 && minor == 0;
 }
 
 // off_parent: where the kernel's staged parents start (the rest of plan.smem_bytes holds them).
@@ -1171,15 +1173,19 @@ int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* works
 
 }  // namespace
 
-Plan plan_tc(const Params& p, int num_sms) {
+Plan plan_tc(const Params& p, int num_sms, int path) {
   Plan plan;
   if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return plan;
   int dev = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     optin = 48 * 1024;
+  const bool wgmma = has_wgmma(dev) && optin >= wg::kBaseBytes;
+  if (path == kAnyPath) path = wgmma ? kPathWgmma : kPathMma;
+  if ((path == kPathWgmma && !wgmma) || (path != kPathWgmma && path != kPathMma)) return plan;  // not here
+  plan.path = path;
   int base = 0, n = 0;
-  if (use_wgmma(dev) && optin >= wg::kBaseBytes) base = wg::kBaseBytes, n = wg::N;
+  if (path == kPathWgmma) base = wg::kBaseBytes, n = wg::N;
   else if (optin >= CfgLarge::kOffParent) base = CfgLarge::kOffParent, n = CfgLarge::N;
   else if (optin >= CfgMid::kOffParent) base = CfgMid::kOffParent, n = CfgMid::N;
   else if (optin >= CfgSmall::kOffParent) base = CfgSmall::kOffParent, n = CfgSmall::N;
@@ -1219,9 +1225,7 @@ Plan plan_tc(const Params& p, int num_sms) {
 int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return int(cudaSuccess);
   if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
-  int dev = 0;
-  if (plan.keys_per_tile == wg::N && cudaGetDevice(&dev) == cudaSuccess && use_wgmma(dev))
-    return launch_kernel<tc_attn_wg>(wg::kBaseBytes, p, plan, workspace, stream);
+  if (plan.path == kPathWgmma) return launch_kernel<tc_attn_wg>(wg::kBaseBytes, p, plan, workspace, stream);
   switch (plan.keys_per_tile) {
     case CfgLarge::N: return launch_kernel<tc_attn<CfgLarge>>(CfgLarge::kOffParent, p, plan, workspace, stream);
     case CfgMid::N: return launch_kernel<tc_attn<CfgMid>>(CfgMid::kOffParent, p, plan, workspace, stream);

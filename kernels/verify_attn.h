@@ -97,13 +97,19 @@ struct Plan {
   int rows_per_block = 0;      // query rows (token x head pairs) a block computes
   int keys_per_tile = 0;       // cache rows a shared-memory tile
   int64_t workspace_bytes = 0; // scratch the launch needs (partial outputs, scores)
+  int path = 0;                // which of the implementation's kernels runs (registry: Impl.paths)
 };
+
+// The path argument of a plan: kAnyPath lets the plan choose the best path for this GPU; a
+// path number asks for that path, and a plan that cannot run it here returns blocks = 0.
+constexpr int kAnyPath = -1;
 
 // The launcher contract. For every implementation NAME of the registry
 // (verify_attn/registry.py) that has CUDA sources, those sources define
-//   Plan plan_NAME(const Params& p, int num_sms);
+//   Plan plan_NAME(const Params& p, int num_sms, int path);
 //   int launch_NAME(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
 // launch returns a cudaError_t as int; workspace holds plan.workspace_bytes (16-byte aligned).
+// The plan decides the path, once; launch runs plan.path and decides nothing.
 // A CPU twin, where there is one, is  void NAME_cpu(const Params& p);
 // The binding that registers them as torch ops is generated from the registry (build.py).
 

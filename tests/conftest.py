@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from verify_attn import ops, registry
-from verify_attn.measure import skip_reason
+from verify_attn.candidate import Candidate
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -25,7 +25,7 @@ def device(request):
 
 def require(impl: str, device: str, inputs=None) -> None:
     """Skip, with the registry's reason, where impl cannot run on this device or these inputs."""
-    reason = ops.unsupported(impl, device) if inputs is None else skip_reason(impl, None, inputs)
+    reason = ops.unsupported(impl, device) if inputs is None else Candidate(impl).skip_reason(inputs)
     if reason:
         pytest.skip(reason)
 

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from conftest import checkout_copy
+from conftest import ROOT, checkout_copy
+from verify_attn import revision
 from verify_attn_tools import ab, detect
 
 from test_quick_gate import PLANT
@@ -37,35 +38,48 @@ def test_the_rule_needs_both_the_factor_and_the_sign_test():
 def test_every_registration_moves_to_the_base_namespace():
     text = (b'TORCH_LIBRARY(verify_attn, m) {}\nTORCH_LIBRARY_IMPL(verify_attn, CPU, m) {}\n'
             b'TORCH_LIBRARY_FRAGMENT( verify_attn , m) {}\n#include "verify_attn.h"\nnamespace verify_attn {}\n')
-    out = ab.renamed(text, "va_base").decode()
+    out = revision.renamed(text, "va_base").decode()
     assert out.count("(va_base,") == 3 and '#include "verify_attn.h"' in out and "namespace verify_attn {}" in out
-    lib = ab.base_library("HEAD")
-    assert not any(ab.LIBRARY.search(data.decode()) for data in lib.files.values())
+    lib, impls = revision.library(ROOT, "HEAD", "va_base")
+    assert not any(revision.LIBRARY.search(data.decode()) for data in lib.files.values())
     assert sum(b"(va_base," in data for data in lib.files.values()) >= 2  # binding.cpp and the generated ops
     assert "-Dverify_attn=va_base" in lib.cxx_flags
+    assert {"naive", "flash"} <= set(impls)
+
+
+def test_a_revision_before_the_plans_path_gets_that_contracts_binding():
+    """kernels/ from before the plan's path argument (411a33c) build with plans that take no
+    path, and without the pinned-path variants, which that contract cannot express."""
+    from verify_attn import build, registry
+
+    old = build._cuda_binding([registry.get("tc")], legacy=True)
+    assert "plan_tc(const Params& p, int num_sms);" in old and 'run_cuda(plan_tc, launch_tc, "tc",' in old
+    assert "int num_sms, int path" in build._cuda_binding([registry.get("tc_mma")])
+    _, impls = revision.library(ROOT, "411a33c", "va_base")
+    assert "tc_mma" not in impls
 
 
 def test_a_revision_that_is_not_there_is_refused():
-    from verify_attn_tools.cli import Refusal
-
-    with pytest.raises(Refusal, match="no-such-revision"):
-        ab.base_library("no-such-revision")
+    with pytest.raises(revision.RevisionError, match="no-such-revision"):
+        revision.library(ROOT, "no-such-revision", "va_base")
 
 
-def test_a_base_without_a_compiled_source_is_refused(tmp_path, monkeypatch):
-    """A commit that lacks a source this checkout's registry compiles (here every source but
-    binding.cpp) cannot be built under this registry: refused, naming the file."""
+def test_a_base_lacking_a_kernels_sources_builds_without_it(tmp_path):
+    """A commit that lacks a source the registry compiles builds the rest (ab shows that kernel
+    as new, untimed); one without the op binding at all is refused, saying why."""
     from conftest import git
-    from verify_attn_tools.cli import Refusal
 
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "binding.cpp").write_text("// only the binding\n")
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-A")
+    git(tmp_path, "commit", "-qm", "no header")
+    with pytest.raises(revision.RevisionError, match="predates the registry's op binding"):
+        revision.library(tmp_path, "HEAD", "va_base")
+    (tmp_path / "kernels" / "verify_attn.h").write_text("// kAnyPath\n")
+    git(tmp_path, "add", "-A")
     git(tmp_path, "commit", "-qm", "kernels without their sources")
-    monkeypatch.setattr(ab, "ROOT", tmp_path)
-    with pytest.raises(Refusal, match=r"HEAD has no kernels/cpu\.cpp, which this checkout's registry compiles"):
-        ab.base_library("HEAD")
+    assert revision.library(tmp_path, "HEAD", "va_base")[1] == []
 
 
 @pytest.fixture(scope="module")

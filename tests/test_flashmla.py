@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from verify_attn import cases, flashmla, ops, registry
-from verify_attn.accuracy import run_check
+from verify_attn.candidate import Candidate, check
 from verify_attn_tools.check import main as check_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -141,7 +141,7 @@ CHAIN_CASES = [
 def test_flashmla_matches_reference_on_chains(case):
     inputs = cases.make_inputs(case, "cuda", 5)
     assert inputs.kv.shape[1] % 64 == 0
-    err = run_check("flashmla", inputs)
+    err = check(Candidate("flashmla"), inputs)
     assert err.ok, err
 
 
@@ -162,5 +162,5 @@ def test_host_list_and_tensor_prefixes_agree():
 @gpu
 def test_an_unpadded_cache_is_a_value_error_not_a_read_past_it():
     inputs = cases.make_inputs(cases.Case("fm_1x16x17x1041", 1, 16, 17, (1024,), tree="chain"), "cuda", 1)
-    err = run_check("flashmla", inputs)
+    err = check(Candidate("flashmla"), inputs)
     assert not err.ok and "64-token pages" in err.reason

@@ -8,8 +8,7 @@ import torch
 
 from conftest import require
 from verify_attn import accuracy, cases, ops, registry
-from verify_attn.accuracy import run_check
-from verify_attn.measure import op_args
+from verify_attn.candidate import Candidate, check, op_args
 from verify_attn_tools.check import main as check_main
 
 SMALL = [c for c in cases.CASES.values() if not c.large]
@@ -21,7 +20,7 @@ def test_impl_matches_reference(case, impl, device):
     seed = random.randrange(2**31)
     inputs = cases.make_inputs(case, device, seed)
     require(impl, device, inputs)
-    err = run_check(impl, inputs)
+    err = check(Candidate(impl), inputs)
     assert err.ok, f"seed {seed}: {err}"
 
 
@@ -30,25 +29,21 @@ def test_impl_matches_reference(case, impl, device):
 def test_prefix_65536_matches_reference(impl):
     inputs = cases.make_inputs(cases.CASES["big_1x64x33x65569"], "cuda", 3)
     require(impl, "cuda", inputs)
-    err = run_check(impl, inputs)
+    err = check(Candidate(impl), inputs)
     assert err.ok, err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="tc takes its wgmma path only on compute capability 9.0")
-@pytest.mark.parametrize("case", [*SMALL, cases.CASES["big_1x64x33x65569"]], ids=lambda c: c.name)
-def test_tc_portable_path_on_sm90(case, monkeypatch):
-    """On the H100/H200 tc runs its sm_90a path; the mma.sync path (what every other part
-    runs) is checked there too, asked for by VERIFY_ATTN_TC_MMA=1."""
-    monkeypatch.setenv("VERIFY_ATTN_TC_MMA", "1")
-    seed = random.randrange(2**31)
-    inputs = cases.make_inputs(case, "cuda", seed)
-    err = run_check("tc", inputs)
-    assert err.ok, f"seed {seed}: {err}"
+def test_each_tc_path_is_planned_once_and_named():
+    """On the H100/H200 tc's plan picks wgmma; tc_mma, the portable path every other GPU runs,
+    is pinned to mma.sync; the plan says which ran (both are checked by the parity tests)."""
+    inputs = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
     args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-    mma = ops.launch_plan("tc", args)
-    monkeypatch.setenv("VERIFY_ATTN_TC_MMA", "0")
-    assert mma["smem_bytes"] != ops.launch_plan("tc", args)["smem_bytes"]  # the two paths did run: their layouts differ
+    tc, mma = ops.launch_plan("tc", args), ops.launch_plan("tc_mma", args)
+    assert registry.get("tc").path_name(tc["path"]) == "wgmma"
+    assert registry.get("tc_mma").path_name(mma["path"]) == "mma"
+    assert tc["smem_bytes"] != mma["smem_bytes"]  # two kernels: their layouts differ
 
 
 def test_unwritten_output_fails_the_check():

@@ -69,8 +69,8 @@ def test_a_registry_entry_is_all_a_new_implementation_needs(tmp_path):
 
 def test_the_impl_parameter_leads_with_the_newest_kernel_under_test():
     """asv's graph pages open on a parameter's first value: the newest kernel under test with
-    a backend on the device, then older kernels, the baseline, the peers, and last those with
-    no backend there."""
+    a backend on the device, then older kernels, their pinned-path variants, the baseline, the
+    peers, and last those with no backend there."""
     from verify_attn import registry
 
     for device in ("cpu", "cuda"):
@@ -80,6 +80,8 @@ def test_the_impl_parameter_leads_with_the_newest_kernel_under_test():
         assert order[:len(here)] == tuple(here)
         kernels = [n for n in registry.names() if registry.get(n).under_test and not registry.get(n).baseline
                    and device in registry.get(n).devices()]
-        assert list(here[:len(kernels)]) == kernels[::-1]
+        variants = [n for n in kernels if registry.get(n).variant_of]
+        mains = [n for n in kernels if n not in variants]
+        assert list(here[:len(kernels)]) == mains[::-1] + variants
         assert here[len(kernels)] == registry.baseline()
         assert all(not registry.get(n).under_test for n in here[len(kernels) + 1:])

@@ -21,27 +21,33 @@ def commits():
     return out[0], out[1]
 
 
-def write(results, machine, commit, times: dict, failed=(), failed_cases=()):
-    """Quick.track_time (15 samples around each median), the two ratio series and the named
-    cases' errors (QuickCases) of one commit."""
+def write(results, machine, commit, times: dict, failed=(), failed_cases=(), anchor=None, anchor_version="0a1b2c3"):
+    """Quick.track_time (15 samples around each median), the drift-free series
+    track_time_vs_anchor (15 samples around anchor's ratio at each point, by default the time
+    over BASE's; not recorded when anchor_version is None: an older commit), the two ratio
+    series and the named cases' errors (QuickCases) of one commit."""
     from asv import results as asv_results, runner
 
     (results / machine).mkdir(parents=True, exist_ok=True)
     (results / machine / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
     res = asv_results.Results({"machine": machine}, {}, commit, 1, "3.12", "reuse-py3.12", {})
     rng = random.Random(commit)
-    values, samples, vs_naive, vs_roof = [], [], [], []
+    values, samples, vs_anchor, anchor_samples, vs_naive, vs_roof = [], [], [], [], [], []
     for combo in COMBOS:
         if combo in failed:
-            values.append(None), samples.append(None), vs_naive.append(None), vs_roof.append(None)
+            for series in (values, samples, vs_anchor, anchor_samples, vs_naive, vs_roof):
+                series.append(None)
             continue
-        t = times[combo]
-        s = [t * (1 + rng.uniform(-0.002, 0.002)) for _ in range(15)]
-        values.append(t), samples.append(s)
+        t, x = times[combo], anchor[combo] if anchor else times[combo] / BASE[combo]
+        values.append(t), samples.append([t * (1 + rng.uniform(-0.002, 0.002)) for _ in range(15)])
+        vs_anchor.append(x), anchor_samples.append([x * (1 + rng.uniform(-0.002, 0.002)) for _ in range(15)])
         vs_naive.append(t / times[(combo[0], "naive")]), vs_roof.append(t / 1e-4)
-    for name, vals, smp in (("track_time", values, samples), ("track_time_vs_naive", vs_naive, None),
-                            ("track_time_vs_roofline", vs_roof, None)):
-        res.add_result({"name": f"bench_verify_attn.Quick.{name}", "params": PARAMS, "version": "1"},
+    series = [("track_time", values, samples, "1"), ("track_time_vs_naive", vs_naive, None, "1"),
+              ("track_time_vs_roofline", vs_roof, None, "1")]
+    if anchor_version is not None:
+        series.append(("track_time_vs_anchor", vs_anchor, anchor_samples, anchor_version))
+    for name, vals, smp, version in series:
+        res.add_result({"name": f"bench_verify_attn.Quick.{name}", "params": PARAMS, "version": version},
                        runner.BenchmarkResult(vals, smp or [None] * len(vals), [1 if smp else None] * len(vals), 0, "", None),
                        record_samples=smp is not None)
     errors = [None if (c, i) in failed_cases else 0.003 for c in ("ragged_3x16x9", "seed_2x8x9x9")
@@ -102,6 +108,15 @@ def test_a_failure_exits_2_and_is_first(results, capsys):
     assert "| flash |" in first and "**FAILED**" in first
 
 
+def test_a_failure_in_both_is_shown_but_not_the_verdict(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", a, BASE, failed=[(65536, "flash")])
+    write(path, "nvidia-h200", b, BASE, failed=[(65536, "flash")])
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert "1 still failing" in out.splitlines()[0] and "| flash | failed | failed |" in out
+
+
 def test_a_failing_named_case_exits_2_and_is_named(results, capsys):
     path, a, b = results
     write(path, "nvidia-h200", b, BASE, failed=COMBOS, failed_cases=[("ragged_3x16x9", "flash")])
@@ -124,10 +139,76 @@ def test_json_and_the_machine_that_has_both(results, capsys):
     assert row["speedup"][0] == pytest.approx(0.13 / 3.3e-4, rel=1e-6)
 
 
+def test_a_raw_drift_with_a_flat_anchor_series_exits_0(results, capsys):
+    """Every raw time 5% up (another machine start), the ratios to the anchor flat: no change."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, {c: t * 1.05 for c, t in BASE.items()}, anchor=dict.fromkeys(COMBOS, 1.0))
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert "**no significant change**" in out and "<details><summary>6 unchanged</summary>" in out
+    assert re.search(r"\| Quick h64 q9 p65536 \| tc \| 0\.33\d* ms \| 0\.34[67]\d* ms \|", out)  # raw times beside
+
+
+def test_an_anchor_series_slowdown_exits_1_whatever_the_raw_times(results, capsys):
+    """tc 5% up against the anchor while every raw time reads 5% down (a faster start): slower."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, {c: t * 0.95 for c, t in BASE.items()},
+          anchor={**dict.fromkeys(COMBOS, 1.0), (65536, "tc"): 1.05})
+    assert run(path, a, b, "--only-changed") == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert "**slower**" in lines[0] and "1 slower" in lines[0] and "faster" not in lines[0]
+    table = [l for l in lines if l.startswith("| Quick")]
+    assert len(table) == 1 and re.match(r"\| Quick h64 q9 p65536 \| tc \| 0\.33\d* ms \| 0\.31[34]\d* ms \|", table[0])
+    assert re.search(r"\| 1\.0[45]\d \| yes \|", table[0])
+
+
+@pytest.mark.parametrize("versions", [(None, None), (None, "0a1b2c3"), ("0a1b2c3", "4d5e6f7")],
+                         ids=["neither", "after-only", "other-anchor"])
+def test_raw_only_rows_are_not_judged(results, capsys, versions):
+    """No drift-free series against the same anchor in both: a 6% raw move is shown, not judged."""
+    path, a, b = results
+    write(path, "nvidia-h200", a, BASE, anchor_version=versions[0])
+    write(path, "nvidia-h200", b, {**BASE, (65536, "tc"): 3.3e-4 * 1.06}, anchor_version=versions[1])
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert "**not judged: no drift-free series for both commits**" in out.splitlines()[0]
+    assert "Raw only (not judged):" in out and "drift by several %" in out
+    rows = [l for l in out.splitlines() if l.startswith("| Quick")]
+    assert len(rows) == 6 and all("| no |" in l and l.endswith("| raw only (not judged) |") for l in rows)
+    assert rows[0].startswith("| Quick h64 q9 p65536 | tc |") and "| 1.060 (raw) |" in rows[0]
+    assert run(path, a, b, "--json") == 0
+    assert {r["change"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"raw"}
+
+
+def test_a_commit_without_results_exits_3(results, capsys):
+    path, a, b = results
+    assert run(path, a, b) == 3
+    assert run(path, a, b, "--machine", "nvidia-h200") == 3
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(f"no results of {b[:8]}" in l for l in err)
+
+
+def test_no_machine_with_both_is_a_refusal(results, capsys):
+    path, a, b = results
+    write(path, "cpu-x86_64", b, BASE)
+    assert run(path, a, b) == 2
+    assert "no machine" in capsys.readouterr().err
+
+
+def test_a_malformed_results_file_exits_2_in_one_line(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    next((path / "nvidia-h200").glob(f"{b[:8]}-*.json")).write_text('{"results": ')
+    assert run(path, a, b) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "malformed results file" in err[0]
+
+
 def test_unknown_commit_is_one_line(results, capsys):
     path, a, _ = results
-    with pytest.raises(report.Refusal, match="not a commit"):
-        run(path, a, "no-such-commit")
+    assert run(path, a, "no-such-commit") == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and "not a commit" in err[0]
 
 
 def test_a_peer_slowdown_is_shown_but_not_the_verdict(results, capsys, monkeypatch):

@@ -1,6 +1,5 @@
 """The timer's behaviour (not GPU speed): rotation, samples, side-by-side alternation."""
 
-import os
 import time
 
 import pytest
@@ -63,27 +62,3 @@ def test_unreadable_clock_warns_once_and_is_recorded(monkeypatch):
 def test_gpu_timer_screens_clocks_with_nvml():
     timing = Timer("cuda", samples=3).time([lambda: torch.cuda._sleep(100000)])
     assert timing.clock_screened and timing.sm_clock_mhz > 0
-
-
-def test_measure_times_a_variant_in_its_own_environment(monkeypatch, capsys):
-    """measure --variant IMPL:NAME=VALUE: checked and timed beside the others, each call with
-    its variables set and the default restored for the rest."""
-    from verify_attn_tools import measure
-
-    seen = []
-    real = measure.prepare
-
-    def spy(impl, inputs):
-        call = real(impl, inputs)
-        return lambda: (seen.append((impl, os.environ.get("VERIFY_ATTN_PROBE"))), call())[1]
-
-    monkeypatch.setattr(measure, "prepare", spy)
-    monkeypatch.delenv("VERIFY_ATTN_PROBE", raising=False)
-    assert measure.main(["--device", "cpu", "--impl", "flash", "--heads", "8", "--q-len", "9", "--prefix-len", "0",
-                         "--samples", "3", "--variant", "flash:VERIFY_ATTN_PROBE=1"]) == 0
-    out = capsys.readouterr().out
-    assert "flash[VERIFY_ATTN_PROBE=1]" in out and "\nh8_q9_p0" in out
-    assert {("flash", None), ("flash", "1")} == set(seen)
-    assert "VERIFY_ATTN_PROBE" not in os.environ
-    with pytest.raises(SystemExit):
-        measure.main(["--device", "cpu", "--variant", "flash"])

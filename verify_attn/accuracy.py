@@ -22,8 +22,7 @@ import dataclasses
 
 import torch
 
-from . import ops, registry
-from .reference import reference
+from . import registry
 
 # (out rtol, out atol as a fraction of max|ref|, lse rtol, out tolerance as a fraction of abs_out)
 TOLERANCE = {"default": (2.0**-8, 2.0**-14, 1e-4, 0.0), "rounded_weights": (2.0**-8, 2.0**-14, 1e-4, 2.0**-8)}
@@ -68,17 +67,3 @@ def poisoned_outputs(q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     out = torch.full((batch, q_len, heads, 512), float("nan"), dtype=torch.bfloat16, device=q.device)
     lse = torch.full((batch, heads, q_len), float("nan"), dtype=torch.float32, device=q.device)
     return out, lse
-
-
-def run_check(impl: str, inputs, ref=None) -> Error:
-    """Run one implementation on poisoned outputs and measure it against the float64
-    reference (computed here unless given). Bad input or a failed launch is a failure too."""
-    if ref is None:
-        ref = reference(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale, inputs.kv_indices)
-    out, lse = poisoned_outputs(inputs.q)
-    try:
-        ops.verify_attention(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale,
-                             kv_indices=inputs.kv_indices, impl=impl, out=out, lse=lse)
-    except (RuntimeError, ValueError) as exc:
-        return Error(float("nan"), float("nan"), float("nan"), False, str(exc).splitlines()[0])
-    return measure(impl, out, lse, *ref)

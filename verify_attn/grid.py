@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import registry
+
 HEADS = (8, 16, 64)
 Q_LENS = (9, 17, 33, 65)
 PREFIX_LENS = (0, 2048, 16384, 65536)
@@ -50,16 +52,19 @@ class Serving:
 
 
 NONE = Selection((), (), ())
+# A kernel's pinned-path variants (tc_mma) are gated and timed in Quick, where the paired PR
+# check and the history watch them; the grids time each kernel's own path only.
+VARIANTS = tuple(n for n, i in registry.IMPLS.items() if i.variant_of)
 # The chain tree (a causal mask, which FlashMLA also takes) at the shapes FlashMLA is
 # compared on; kv rows padded to its 64-token pages. Naive adds nothing here.
-CHAIN = Selection(HEADS, (9, 65), (2048, 16384, 65536), exclude=("naive",), tree="chain", pad_to=64)
+CHAIN = Selection(HEADS, (9, 65), (2048, 16384, 65536), exclude=("naive", *VARIANTS), tree="chain", pad_to=64)
 # Naive stays at batch 1: at batch 32 it would take seconds a call.
-SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive",))
+SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive", *VARIANTS))
 NO_SERVING = Serving((), (), ())
 # What each asv class measures, by device. The CPU grid is what 2 cores finish in minutes.
 SELECTIONS = {
     "cuda": {
-        "full": Selection(HEADS, Q_LENS, PREFIX_LENS),
+        "full": Selection(HEADS, Q_LENS, PREFIX_LENS, exclude=VARIANTS),
         # The pull-request subset (asv -b Quick), the kernels under test at every head count:
         # heads 64 at the headline prefixes (launch-bound at 2K, split-heavy at 64K); heads 16
         # and 8, where a block holds fewer heads and more tree tokens (rows = heads x q_len)
@@ -69,15 +74,15 @@ SELECTIONS = {
         "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test",
                            extra=((16, 9, 65536), (16, 33, 16384), (8, 9, 65536))),
         # Cold L2 matters where the cache rows fit in the 60 MiB L2: short prefixes.
-        "cold": Selection((64,), (9,), (2048, 16384)),
+        "cold": Selection((64,), (9,), (2048, 16384), exclude=VARIANTS),
         "chain": CHAIN,
         "serving": SERVING,
     },
     "cpu": {
-        "full": Selection((8, 16), (9, 17), (0, 2048)),
+        "full": Selection((8, 16), (9, 17), (0, 2048), exclude=VARIANTS),
         "quick": Selection((8,), (9,), (0, 2048), "under_test"),
         "cold": NONE,
-        "chain": Selection((8,), (9,), (2048,), exclude=("naive",), tree="chain", pad_to=64),
+        "chain": Selection((8,), (9,), (2048,), exclude=("naive", *VARIANTS), tree="chain", pad_to=64),
         "serving": NO_SERVING,  # ragged prefixes up to 64K: seconds a call on 2 cores
     },
     # VERIFY_ATTN_GRID=tiny (the end-to-end tests): two points.

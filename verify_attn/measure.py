@@ -1,11 +1,13 @@
 """Measure a case: correctness gate, side-by-side timing, the cost model and the launch plan.
 
 For each case every implementation is first checked against the float64 reference on
-poisoned outputs; one that fails is not timed. The rest are timed side by side in this
-process (samples alternate, verify_attn.timer), on input sets rotated so the data outgrows
-the L2 cache, and the speedup over the baseline is the ratio of the two medians. An
-implementation that cannot run the case (no backend on this device, a chain-only kernel on
-a random tree) is skipped with the reason.
+poisoned outputs (verify_attn.candidate); one that fails is not timed. The rest are timed side
+by side in this process (samples alternate, verify_attn.timer), on input sets rotated so the
+data outgrows the L2 cache, and the speedup over the baseline is the ratio of the two medians.
+With the anchor's build loaded (verify_attn.anchor), each is also timed in turn with its
+yardstick there, which makes its drift-free series. An implementation that cannot run the
+case (no backend on this device, a chain-only kernel on a random tree) is skipped with the
+reason.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import math
 
 import torch
 
-from . import accuracy, cases, ops, registry
+from . import accuracy, candidate, cases, ops, registry
+from .anchor import yardstick
+from .candidate import outcomes, prepare
 from .cost import Cost, cost_of
 from .machine import Peaks
-from .reference import reference
-from .shapes import is_chain
 from .timer import Timer, Timing
 
 
@@ -33,6 +35,8 @@ class Result:
     timing: Timing | None = None         # None when skipped or the correctness gate failed
     baseline_s: float | None = None      # the baseline's median in the same run, for the speedup
     plan: dict | None = None             # the CUDA launch plan (ops.launch_plan)
+    anchor: list[float] | None = None    # the samples over the yardstick's, pair by pair (verify_attn.anchor)
+    anchor_of: str = ""                  # which op of the anchor's build the yardstick is
 
     @property
     def speedup(self) -> float | None:
@@ -61,54 +65,40 @@ def input_sets(case: cases.Case, device: str, seed: int) -> list[cases.Inputs]:
     return [first] + [cases.make_inputs(case, device, seed + k) for k in range(1, count)]
 
 
-def op_args(inputs: cases.Inputs, out, lse) -> tuple:
-    return (inputs.q, inputs.kv, inputs.kv_indices, inputs.parent, inputs.prefix_lens, inputs.scale, out, lse)
-
-
-def prepare(impl: str, inputs: cases.Inputs):
-    """A no-argument call that runs impl on inputs with no host sync (outputs preallocated)."""
-    args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-    entry = registry.get(impl)
-    if entry.runner:  # prefix lengths on the host, as an engine has them: no sync per call
-        fn = entry.function()
-        host = args[:4] + (inputs.prefix_lens.tolist(),) + args[5:]
-        return lambda: fn(*host)
-    op = getattr(torch.ops.verify_attn, impl)
-    return lambda: op(*args)
-
-
-def skip_reason(impl: str, case: cases.Case, inputs: cases.Inputs) -> str | None:
-    entry = registry.get(impl)
-    chain = all(is_chain(p) for p in inputs.parent.tolist())
-    paged = inputs.kv_indices is not None
-    return ops.unsupported(impl, inputs.q.device.type) or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1])
-
-
-def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0, timed: bool = True
-                 ) -> dict[str, Result]:
-    """Check every implementation on the case, then time those that pass (timed=False: check only)."""
+def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0, timed: bool = True,
+                 anchor_ns: str | None = None) -> dict[str, Result]:
+    """Check every implementation on the case, then time those that pass (timed=False: check
+    only). With anchor_ns (verify_attn.anchor), each one is timed in turn with its yardstick
+    in that build, itself checked first, and its samples are also kept as ratios to it."""
     ops.load()
     sets = input_sets(case, timer.device, seed) if timed else [cases.make_inputs(case, timer.device, seed)]
     first = sets[0]
     cost = cost_of(first)
     results = {impl: Result(impl, case.name, cost) for impl in impls}
-    runnable = []
-    for impl in impls:
-        reason = skip_reason(impl, case, first)
-        if reason:
-            results[impl].skipped = reason
-        else:
-            runnable.append(impl)
-    if runnable:
-        ref = reference(first.q, first.kv, first.parent, first.prefix_lens, first.scale, first.kv_indices)
-        for impl in runnable:
-            results[impl].error = accuracy.run_check(impl, first, ref)
-            results[impl].plan = ops.launch_plan(impl, op_args(first, *accuracy.poisoned_outputs(first.q)))
-        del ref
-    passing = {impl: [prepare(impl, s) for s in sets] for impl in runnable if timed and results[impl].error.ok}
-    timings = timer.time_many(passing)
+    passing = {}
+    for o in outcomes(first, candidate.of(impls)):
+        r = results[o.candidate.impl]
+        r.skipped, r.error = o.skipped, o.error
+        if not o.skipped:
+            r.plan = candidate.plan(o.candidate, first)
+            if timed and o.error.ok:
+                passing[o.candidate] = [prepare(o.candidate, s) for s in sets]
+    yardsticks = {}
+    if anchor_ns and passing:
+        wanted = {yardstick(c.impl, anchor_ns) for c in passing} - {None}
+        for o in outcomes(first, [candidate.Candidate(i, anchor_ns) for i in sorted(wanted)]):
+            if o.error is not None and o.error.ok:
+                yardsticks[o.candidate.impl] = o.candidate
+                passing[o.candidate] = [prepare(o.candidate, s) for s in sets]
+    timings = timer.time_many({c.name: calls for c, calls in passing.items()})
     base = timings.get(registry.baseline())
-    for impl, timing in timings.items():
-        results[impl].timing = timing
-        results[impl].baseline_s = base.median if base else None
+    for impl, r in results.items():
+        r.timing = timings.get(impl)
+        if r.timing is None:
+            continue
+        r.baseline_s = base.median if base else None
+        stick = yardsticks.get(yardstick(impl, anchor_ns) if anchor_ns else None)
+        if stick is not None:
+            r.anchor_of = stick.name
+            r.anchor = [s / a for s, a in zip(r.timing.samples, timings[stick.name].samples)]
     return results

@@ -39,13 +39,14 @@ def unsupported(impl: str, device: str) -> str | None:
     return reason
 
 
-def launch_plan(impl: str, args) -> dict | None:
-    """The launch plan a CUDA implementation uses for these op arguments, or None (CPU, Python)."""
-    op = getattr(torch.ops.verify_attn, f"{impl}_plan", None)
+def launch_plan(impl: str, args, ns: str = "verify_attn") -> dict | None:
+    """The launch plan a CUDA implementation uses for these op arguments (its op in namespace
+    ns), or None (CPU, Python)."""
+    op = getattr(getattr(torch.ops, ns), f"{impl}_plan", None)
     if op is None or not args[0].is_cuda:
         return None
     keys = ("blocks", "threads", "smem_bytes", "num_splits", "split_len", "rows_per_block", "keys_per_tile",
-            "workspace_bytes")
+            "workspace_bytes", "path")
     return dict(zip(keys, op(*args)))
 
 
@@ -88,6 +89,15 @@ def check_values(kv: torch.Tensor, kv_indices: torch.Tensor | None, parent: torc
         raise ValueError(f"kv_indices of batch element {b} must index rows of kv in [0, {kv.shape[0]})")
 
 
+def validate(q, kv, parent, prefix_lens, scale, kv_indices, out, lse, values: bool = True) -> None:
+    """The entry point's checks: shapes and types (the check op), then, unless values=False or a
+    CUDA graph is being captured, the values (one host sync)."""
+    load()
+    torch.ops.verify_attn.check(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
+    if values and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
+        check_values(kv, kv_indices, parent, prefix_lens)
+
+
 def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, prefix_lens: torch.Tensor,
                      scale: float, *, kv_indices: torch.Tensor | None = None, impl: str = "flash",
                      out: torch.Tensor | None = None, lse: torch.Tensor | None = None,
@@ -121,9 +131,7 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
         out = torch.empty((batch, q_len, heads, LATENT), dtype=torch.bfloat16, device=q.device)
     if lse is None:
         lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device)
-    torch.ops.verify_attn.check(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
-    if check and not (q.is_cuda and torch.cuda.is_current_stream_capturing()):
-        check_values(kv, kv_indices, parent, prefix_lens)
+    validate(q, kv, parent, prefix_lens, scale, kv_indices, out, lse, check)
     if entry.runner:
         entry.function()(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
     else:

@@ -1,27 +1,17 @@
-"""Parity on the named cases (verify_attn.cases.CASES): each implementation against the
-float64 reference.
+"""The named-case gate (verify_attn.cases.CASES): each candidate against the float64 reference.
 
-The check verb prints it; the Quick benchmarks run it before timing anything, because the
-timed grid has only prefixes that are multiples of 2048, one batch element and contiguous
-rows: a break that shows only on an odd or ragged prefix, a paged pool or another tree
-passes there and fails here.
+The check verb prints it; the Quick benchmarks and ``ab`` run it before timing anything,
+because the timed grid has only prefixes that are multiples of 2048, one batch element and
+contiguous rows: a break that shows only on an odd or ragged prefix, a paged pool, another
+tree or one kernel path passes there and fails here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Iterator
 
-from . import accuracy, cases
-from .measure import skip_reason
-from .reference import reference
-
-
-@dataclasses.dataclass
-class Outcome:
-    impl: str
-    error: accuracy.Error | None = None  # None when skipped
-    skipped: str = ""                    # why the implementation did not run the inputs
+from . import cases
+from .candidate import Candidate, Outcome, outcomes
 
 
 def named(device: str) -> list[cases.Case]:
@@ -29,15 +19,14 @@ def named(device: str) -> list[cases.Case]:
     return [c for c in cases.CASES.values() if device == "cuda" or not c.large]
 
 
-def check(inputs: cases.Inputs, impls, case: cases.Case | None = None) -> Iterator[Outcome]:
-    """Each implementation on these inputs, poisoned outputs first (accuracy.run_check); the
-    reference is computed once, and only if one of them runs."""
-    ref = None
-    for impl in impls:
-        reason = skip_reason(impl, case, inputs)
-        if reason:
-            yield Outcome(impl, skipped=reason)
-            continue
-        if ref is None:
-            ref = reference(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale, inputs.kv_indices)
-        yield Outcome(impl, accuracy.run_check(impl, inputs, ref))
+def gate(device: str, candidates: list[Candidate], seed: int = 0) -> Iterator[tuple[cases.Case, Outcome]]:
+    """Every named case of the device, each candidate on it."""
+    for case in named(device):
+        for o in outcomes(cases.make_inputs(case, device, seed), candidates):
+            yield case, o
+
+
+def failures(checked) -> list[str]:
+    """'impl on case (reason)' for every failed outcome of (case, outcome) pairs."""
+    return [f"{o.impl} on {case.name} ({o.error.reason})" for case, o in checked
+            if o.error is not None and not o.error.ok]

@@ -5,6 +5,11 @@ Adding a compiled implementation NAME takes its launcher (``plan_NAME`` and ``la
 in a CUDA source, ``NAME_cpu`` in a C++ source where it has a CPU twin; the contract is in
 kernels/verify_attn.h) and one ``Impl`` in ``IMPLS``. The build generates the torch op
 ``torch.ops.verify_attn.NAME`` from the entry.
+
+A kernel with several paths (tc: wgmma on compute capability 9.0, mma.sync everywhere else)
+lets its plan choose the path for the GPU; every other path it has is an entry of its own
+(``variant_of`` the kernel, ``path`` pinned), so it is gated, timed and recorded as a name
+wherever it runs, not only on the GPUs whose best path it is.
 """
 
 from __future__ import annotations
@@ -33,6 +38,12 @@ class Impl:
     under_test: bool = True             # a kernel of this project (False: a peer timed beside them)
     available: str = ""                 # "module:function" (device, capability) -> why not here, or None:
                                         # an optional peer's own conditions (imported when asked)
+    paths: tuple[str, ...] = ()         # the kernel's paths by number (Plan::path), where it has several
+    path: int = -1                      # the path its plan must take; -1 (kAnyPath): the plan chooses
+    variant_of: str = ""                # the entry whose kernel this runs on a pinned path
+
+    def path_name(self, number: int) -> str:
+        return self.paths[number] if 0 <= number < len(self.paths) else str(number)
 
     @property
     def cpp(self) -> str:
@@ -82,8 +93,12 @@ _ENTRIES = [
          cuda_sources=("naive.cu",), cpu_sources=("cpu.cpp",), color="tab:gray", baseline=True),
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
-    Impl("tc", "tensor cores (mma.sync bf16, fp32 accumulation): a cache tile shared by every head and tree row",
-         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green"),
+    Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
+         "wgmma on compute capability 9.0, mma.sync elsewhere",
+         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=("mma", "wgmma")),
+    Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
+         cuda_sources=("tc.cu",), symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
+         paths=("mma", "wgmma"), path=0, variant_of="tc"),
     Impl("torch", "the plain torch composite a careful user would write instead",
          runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",
          under_test=False),
@@ -121,15 +136,15 @@ def under_test() -> tuple[str, ...]:
 def display_order(device: str) -> tuple[str, ...]:
     """Every implementation in the order the asv classes list it. asv's graph page opens on
     the first value of each parameter, so first come the kernels under test that have a
-    backend on this device, newest (registered last) first, then the baseline, the peers,
-    and last those with no backend here."""
+    backend on this device, newest (registered last) first, then their pinned-path variants,
+    the baseline, the peers, and last those with no backend here."""
     order = list(IMPLS)
 
     def rank(name: str) -> tuple:
         i = IMPLS[name]
         kernel = i.under_test and not i.baseline
-        return (device not in i.devices(), not kernel, not i.under_test,
-                -order.index(name) if kernel else order.index(name))
+        return (device not in i.devices(), not kernel, bool(i.variant_of), not i.under_test,
+                -order.index(name) if kernel and not i.variant_of else order.index(name))
 
     return tuple(sorted(order, key=rank))
 

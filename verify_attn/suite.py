@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from . import build, cases, grid, parity, registry
+from . import anchor, build, candidate, cases, grid, parity, registry
 from .machine import peaks
 from .measure import measure_case
 from .timer import Timer
@@ -46,7 +46,8 @@ def impls(variant: str = "full") -> list[str]:
 def _entry(r, peak) -> dict:
     """What the asv classes and the reports read of one measured point."""
     entry = {"skipped": r.skipped, "flops": r.cost.flops, "bytes": r.cost.bytes,
-             "roofline_s": r.cost.roofline_s(peak.flops, peak.bytes_per_s), "plan": r.plan}
+             "roofline_s": r.cost.roofline_s(peak.flops, peak.bytes_per_s), "plan": r.plan,
+             "anchor": r.anchor, "anchor_of": r.anchor_of}
     if r.error is not None:
         entry.update(ok=r.error.ok, reason=r.error.reason, max_rel=r.error.max_rel)
     if r.timing is not None:
@@ -57,9 +58,20 @@ def _entry(r, peak) -> dict:
 
 
 def timer(cold: bool = False) -> Timer:
+    """15 samples a variant; 7 for a call over 20 ms (naive at long prefixes: 0.03-0.9 s a
+    call, most of a full run), still enough for asv's test (p = 0.0006 at 7 against 7)."""
     if device() == "cuda":
-        return Timer("cuda", samples=15, min_sample_s=2e-3, cold=cold)
+        return Timer("cuda", samples=15, min_sample_s=2e-3, cold=cold, slow_call_s=0.02, slow_samples=7)
     return Timer("cpu", samples=7, min_sample_s=0.02, warmup_s=0.0)
+
+
+def anchored() -> str | None:
+    """The anchor's namespace once its build is loaded (verify_attn.anchor), or None, said once."""
+    ns, note = anchor.load()
+    if ns is None and not anchor._state.get("said"):
+        progress(f"[verify_attn] no drift-free series: {note}")
+        anchor._state["said"] = True
+    return ns
 
 
 def progress(line: str) -> None:
@@ -85,7 +97,7 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
         case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
-        for impl, r in measure_case(case, impls(variant), tm, timed=timed).items():
+        for impl, r in measure_case(case, impls(variant), tm, timed=timed, anchor_ns=anchored() if timed else None).items():
             out["results"][(h, q_len, prefix, impl)] = _entry(r, peak)
         progress(f"[verify_attn] {variant} heads={h} case {n}/{len(points)} q_len={q_len} "
                  f"prefix_len={prefix} ({time.perf_counter() - t0:.0f} s)")
@@ -98,14 +110,11 @@ def measure_quick() -> dict:
     points, which are checked but not timed if any named case failed ("untimed" says why),
     so the subset's timings fail however fast the break made them."""
     dev = device()
-    named = {}
     t0 = time.perf_counter()
-    for case in parity.named(dev):
-        for o in parity.check(cases.make_inputs(case, dev, 0), impls("quick"), case):
-            named[(case.name, o.impl)] = {"skipped": o.skipped} if o.error is None else {
-                "skipped": "", "ok": o.error.ok, "reason": o.error.reason, "max_rel": o.error.max_rel}
-    failed = [f"{impl} on {case} ({e['reason']})" for (case, impl), e in named.items()
-              if not e["skipped"] and not e["ok"]]
+    checked = list(parity.gate(dev, candidate.of(impls("quick"))))
+    named = {(case.name, o.impl): {"skipped": o.skipped} if o.error is None else {
+        "skipped": "", "ok": o.error.ok, "reason": o.error.reason, "max_rel": o.error.max_rel} for case, o in checked}
+    failed = parity.failures(checked)
     progress(f"[verify_attn] quick: {len(named)} named checks, {len(failed)} failed ({time.perf_counter() - t0:.0f} s)")
     untimed = f"not timed: named cases failed: {'; '.join(failed)}" if failed else ""
     return measure_grid(None, "quick", timed=not failed) | {"named": named, "untimed": untimed}
@@ -120,7 +129,7 @@ def measure_serving() -> dict:
     t0 = time.perf_counter()
     for n, (batch, heads, q_len) in enumerate(sel.points(), 1):
         case = cases.serving_case(batch, heads, q_len)
-        for impl, r in measure_case(case, impls("serving"), tm).items():
+        for impl, r in measure_case(case, impls("serving"), tm, anchor_ns=anchored()).items():
             out["results"][(batch, heads, q_len, impl)] = _entry(r, peak)
         progress(f"[verify_attn] serving case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
                  f"({time.perf_counter() - t0:.0f} s)")

@@ -75,9 +75,11 @@ class Timer:
     """Times lists of calls. ``calls`` rotate: call k of a sample runs calls[k % len(calls)]."""
 
     def __init__(self, device: str, samples: int = 15, min_sample_s: float = 2e-3, warmup_s: float = 0.025,
-                 cold: bool = False, max_dropped: int = 20):
+                 cold: bool = False, max_dropped: int = 20, slow_call_s: float = math.inf, slow_samples: int = 0):
         self.device = device
         self.samples = samples
+        self.slow_call_s = slow_call_s    # a variant whose call takes longer gets slow_samples samples
+        self.slow_samples = slow_samples
         self.min_sample_s = min_sample_s
         self.warmup_s = warmup_s
         self.cold = cold
@@ -93,8 +95,8 @@ class Timer:
         if self.cuda:
             torch.cuda.synchronize()
 
-    def _calibrate(self, calls: Sequence[Callable]) -> tuple[int, float]:
-        """Warm up; return calls per sample and the host's enqueue time per call."""
+    def _calibrate(self, calls: Sequence[Callable]) -> tuple[int, float, float]:
+        """Warm up; return calls per sample, the host's enqueue time per call and the time per call."""
         n, t0 = 0, time.perf_counter()
         while n < len(calls) or time.perf_counter() - t0 < self.warmup_s:
             calls[n % len(calls)]()
@@ -109,8 +111,8 @@ class Timer:
         host = (time.perf_counter() - t0) / len(calls)
         self._sync()
         if self.cold:
-            return 1, host
-        return max(1, min(10_000, math.ceil(self.min_sample_s / per_call))), host
+            return 1, host, per_call
+        return max(1, min(10_000, math.ceil(self.min_sample_s / per_call))), host, per_call
 
     def _sample(self, calls, number: int, start: int, host_s: float) -> float:
         if not self.cuda:
@@ -137,15 +139,17 @@ class Timer:
         """Time several variants side by side: their samples alternate, so drift in clocks or
         temperature over the run touches every variant alike."""
         plan = {name: self._calibrate(calls) for name, calls in variants.items()}
-        results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _) in plan.items()}
+        results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _, _) in plan.items()}
+        want = {name: min(self.samples, self.slow_samples) if per_call > self.slow_call_s and self.slow_samples
+                else self.samples for name, (_, _, per_call) in plan.items()}
         clocks = {name: [] for name in variants}
         offset = 0
-        while any(len(r.samples) < self.samples for r in results.values()):
+        while any(len(r.samples) < want[name] for name, r in results.items()):
             for name, calls in variants.items():
                 res = results[name]
-                if len(res.samples) >= self.samples:
+                if len(res.samples) >= want[name]:
                     continue
-                number, host = plan[name]
+                number, host, _ = plan[name]
                 value = self._sample(calls, number, offset, host)
                 offset += number
                 clock = _sm_clock() if self.cuda else None

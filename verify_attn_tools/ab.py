@@ -19,8 +19,11 @@ both sides each timed point, against the float64 reference.
 Exit 2 when the checkout fails a check (nothing is timed), 1 when a kernel got slower,
 0 otherwise; a markdown table on stdout (a pull request's comment), --json for the rows.
 
-The base is built with this checkout's registry and binding generator: a kernel whose
-sources were renamed or added since BASE cannot be compared here (asv continuous can).
+The base is built with this checkout's registry and binding generator (verify_attn.revision):
+a kernel or path variant the base does not have is checked on the head's side and shown as
+new, untimed (asv continuous compares any two commits). Every pinned-path variant of the
+registry (tc_mma: tc's portable path) is a kernel here, in the gate and in the pairs, so a
+break confined to one path fails the check on a GPU whose best path is another.
 A change to the Python package alone (verify_attn/) is asv's to see: ab times both sides
 through it.
 """
@@ -30,19 +33,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 import statistics
-import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
 
-import torch
-
-from verify_attn import accuracy, build, cases, ops, parity, registry, suite
-from verify_attn.measure import input_sets, op_args, prepare, skip_reason
-from verify_attn.reference import reference
+from verify_attn import build, cases, ops, parity, registry, revision, suite
+from verify_attn.candidate import Candidate, check, of, prepare, reference_of
+from verify_attn.measure import input_sets
 
 from . import ROOT
 from .cli import Refusal, parser
@@ -50,40 +49,13 @@ from .cli import Refusal, parser
 NS = "va_base"  # the base's op namespace: torch.ops.va_base.<impl>
 ALPHA = 0.01
 SLOW_CALL_S = 0.02  # a kernel call longer than this gets at most 10 pairs (naive at 64K: 0.14 s)
-LIBRARY = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\(\s*verify_attn\s*,")
 
 
-def git(*args: str, text: bool = True):
-    proc = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=text)
-    if proc.returncode != 0:
-        err = proc.stderr if text else proc.stderr.decode(errors="replace")
-        raise Refusal(f"git {' '.join(args)}: {err.strip().splitlines()[-1] if err.strip() else 'failed'}")
-    return proc.stdout
-
-
-def renamed(source: bytes, ns: str) -> bytes:
-    """A source with its op registrations moved to namespace ns (the C++ namespace moves by
-    -Dverify_attn=ns; a TORCH_LIBRARY argument is stringified, which no macro reaches)."""
-    return LIBRARY.sub(rf"\1({ns},", source.decode()).encode()
-
-
-def base_library(rev: str, ns: str = NS) -> build.Library:
-    """rev's kernels/ as a library of its own: this checkout's spec (sources, generated
-    bindings, flags, target) with rev's files, every registration in namespace ns."""
-    spec = build.spec()
-    listed = git("ls-tree", "--name-only", f"{rev}:kernels").split()
-    names = [*spec.cpu_sources, *(spec.kernel_sources if spec.cuda else ())]
-    missing = [n for n in names if n not in listed]
-    if missing:
-        raise Refusal(f"{rev} has no kernels/{missing[0]}, which this checkout's registry compiles: "
-                      "ab compares kernels built under one registry (asv continuous compares any two commits)")
-    names += [n for n in listed if n.endswith(".h")]
-    files = {n: renamed(git("show", f"{rev}:kernels/{n}", text=False), ns) for n in names}
-    files.update({n: renamed(t.encode(), ns) for n, t in spec.generated.items()})
-    define = (f"-Dverify_attn={ns}",)
-    return build.Library(name=f"verify_attn_{ns}", files=files, sources=tuple(n for n in files if not n.endswith(".h")),
-                         cxx_flags=build.CXX_FLAGS + define, cuda_flags=build.CUDA_FLAGS + define,
-                         arch=build.target()["arch"])
+def git(*args: str) -> str:
+    try:
+        return revision.git(ROOT, *args)
+    except revision.RevisionError as exc:
+        raise Refusal(str(exc)) from None
 
 
 def sign_p(k: int, n: int) -> float:
@@ -98,7 +70,7 @@ def sign_p(k: int, n: int) -> float:
 class Row:
     point: str                     # "h64 q9 p2048"
     impl: str
-    status: str                    # slower, faster, same, failed (the checkout), base failed
+    status: str                    # slower, faster, same, failed (the checkout), base failed, new (not in the base)
     base_s: float | None = None    # medians of the samples
     head_s: float | None = None
     ratio: float | None = None     # median of the pairs' head/base ratios
@@ -121,68 +93,41 @@ def judge(base: list[float], head: list[float], factor: float, alpha: float = AL
     return "same", ratio, slower, p
 
 
-def checked(op, impl: str, inputs, ref) -> accuracy.Error:
-    """The base's op on poisoned outputs against the reference (accuracy.run_check's rule)."""
-    out, lse = accuracy.poisoned_outputs(inputs.q)
-    try:
-        op(*op_args(inputs, out, lse))
-    except RuntimeError as exc:
-        return accuracy.Error(math.nan, math.nan, math.nan, False, str(exc).splitlines()[0])
-    return accuracy.measure(impl, out, lse, *ref)
-
-
-def bound(op, inputs):
-    """A no-argument call of a raw op on these inputs (outputs preallocated, as measure.prepare)."""
-    args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-    return lambda: op(*args)
-
-
-def gate(device: str, impls: list[str]) -> list[str]:
-    """The checkout's failures on the named cases (the Quick gate's check)."""
-    failed = []
-    for case in parity.named(device):
-        for o in parity.check(cases.make_inputs(case, device, 0), impls, case):
-            if o.error is not None and not o.error.ok:
-                failed.append(f"{o.impl} on {case.name} ({o.error.reason})")
-    return failed
-
-
 def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor: float, pairs: int,
                   seed: int) -> list[Row]:
     """Check both sides at one Quick point, then time each kernel's pairs (timer: the suite's,
     one for the run, so its clock screening sees every sample)."""
-    dev = timer.device
-    sets = input_sets(case, dev, seed)
+    sets = input_sets(case, timer.device, seed)
     first = sets[0]
-    runnable = [i for i in impls if not skip_reason(i, case, first)]
+    runnable = [c for c in of(impls) if not c.skip_reason(first)]
     if not runnable:
         return []
-    ref = reference(first.q, first.kv, first.parent, first.prefix_lens, first.scale, first.kv_indices)
+    ref = reference_of(first)
     rows = []
-    for impl in runnable:
+    for head in runnable:
+        base = Candidate(head.impl, NS)
         t0 = time.perf_counter()
-        head_err = accuracy.run_check(impl, first, ref)
+        head_err = check(head, first, ref)
         call_s = time.perf_counter() - t0
         if not head_err.ok:
-            rows.append(Row(point, impl, "failed", reason=head_err.reason))
+            rows.append(Row(point, head.impl, "failed", reason=head_err.reason))
             continue
-        op = getattr(getattr(torch.ops, NS), impl)
-        base_err = checked(op, impl, first, ref)
-        if not base_err.ok:
-            rows.append(Row(point, impl, "base failed", reason=base_err.reason))
+        why = base.skip_reason(first)  # the base predates this kernel (or path variant)
+        base_err = None if why else check(base, first, ref)
+        if base_err is None or not base_err.ok:
+            rows.append(Row(point, head.impl, "new" if why else "base failed", reason=why or base_err.reason))
             continue
         timer.samples = (min(pairs, 10) if call_s > SLOW_CALL_S else pairs) // 2
-        base_calls = [bound(op, s) for s in sets]
-        head_calls = [prepare(impl, s) for s in sets]
+        base_calls = [prepare(base, s) for s in sets]
+        head_calls = [prepare(head, s) for s in sets]
         # A sample dropped for a low SM clock is retaken after the other's: that pair is a
         # sample apart, which moves nothing the sign test relies on.
         one = timer.time_many({"base": base_calls, "head": head_calls})
         two = timer.time_many({"head": head_calls, "base": base_calls})
-        base = one["base"].samples + two["base"].samples
-        head = one["head"].samples + two["head"].samples
-        status, ratio, slower, p = judge(base, head, factor)
-        rows.append(Row(point, impl, status, statistics.median(base), statistics.median(head), ratio, slower,
-                        len(base), p))
+        b = one["base"].samples + two["base"].samples
+        h = one["head"].samples + two["head"].samples
+        status, ratio, slower, p = judge(b, h, factor)
+        rows.append(Row(point, head.impl, status, statistics.median(b), statistics.median(h), ratio, slower, len(b), p))
     del ref
     return rows
 
@@ -203,7 +148,7 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
              f"head/base time; slower/faster beyond x{factor:g} with the sign test at p < {ALPHA:g}.", ""]
     if failed:
         lines += ["Nothing timed: the checkout fails named cases:", *(f"- {f}" for f in failed), ""]
-    order = {"failed": 0, "slower": 1, "base failed": 2, "faster": 3, "same": 4}
+    order = {"failed": 0, "slower": 1, "base failed": 2, "new": 3, "faster": 4, "same": 5}
     lines += ["| point | impl | base ms | head ms | ratio | slower pairs | p | |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (order[r.status], r.point, r.impl)):
         if r.ratio is None:
@@ -248,12 +193,13 @@ def run(args) -> int:
         raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
     t0 = time.perf_counter()
     ops.load()
-    build.load_library(base_library(base_sha))
-    missing = [i for i in impls if not hasattr(getattr(torch.ops, NS), i)]
-    if missing:
-        raise Refusal(f"the base's build has no op {missing[0]}")
+    try:
+        lib, _ = revision.library(ROOT, base_sha, NS)
+    except revision.RevisionError as exc:
+        raise Refusal(str(exc)) from None
+    build.load_library(lib)
     built = time.perf_counter() - t0
-    failed = gate(dev, impls)
+    failed = parity.failures(parity.gate(dev, of(impls)))
     rows = []
     if not failed:
         sel, timer = suite.selection("quick"), suite.timer()

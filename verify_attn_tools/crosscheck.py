@@ -15,7 +15,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from verify_attn import cases, grid, ops, registry
-from verify_attn.measure import input_sets, prepare
+from verify_attn.candidate import Candidate, prepare
+from verify_attn.measure import input_sets
 from verify_attn.timer import Timer
 
 from .cli import need_gpu, parser
@@ -44,7 +45,7 @@ def main(argv=None) -> int:
     worst = 0.0
     for impl, heads, q_len, prefix in grid.CROSSCHECK:
         case = cases.grid_case(heads, q_len, prefix)
-        calls = [prepare(impl, s) for s in input_sets(case, "cuda", 0)]
+        calls = [prepare(Candidate(impl), s) for s in input_sets(case, "cuda", 0)]
         timed = timer.time(calls).median
         prof = profiled_kernel_s(calls)
         diff = (timed - prof) / prof

@@ -5,6 +5,10 @@ redrawn and the "Plots" link injected into its front page after every publish, a
 pages load from CDNs, are copied into html/vendor/ from verify_attn_tools/site_assets/ and the pages pointed at them:
 the site works offline. A page loading a URL that site_assets/ has no copy of (a new asv release) fails publish.
 --fetch-assets (needs npm and the npm registry) refreshes site_assets/ from the npm packages of those URLs.
+
+The regressions page judges only the series asv.conf.json names, and leaves out the steps that benchmarks/accepted.json
+accepts (verify_attn_tools/regressions.py); a malformed accepted.json fails publish before html/ is touched. Graph
+points and regressions link to their commits: $VERIFY_ATTN_COMMIT_URL, else the GitHub repository of origin.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import LOCAL, LOCAL_DIR, ROOT, assets, history, plots
+from . import LOCAL, LOCAL_DIR, ROOT, assets, history, plots, regressions
 from .cli import parser
 MARK = "<!-- verify-attn: plots link -->"
 NAV_ITEM = f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
@@ -70,12 +74,21 @@ def fill_missing_graphs(html: Path) -> list[Path]:
     return missing
 
 
-def local_config(root: Path = ROOT) -> Path:
-    """asv.conf.json with results and html under .asv/local/ (git-ignored): the run and the
-    site of a machine the repository does not track."""
+def asv_config(root: Path) -> dict:
+    """asv.conf.json, with the address of the commit pages where one is known."""
     from asv import util
 
     conf = util.load_json(str(root / "asv.conf.json"), js_comments=True)
+    url = regressions.commit_url(root)
+    if url:
+        conf["show_commit_url"] = url
+    return conf
+
+
+def local_config(root: Path = ROOT) -> Path:
+    """asv.conf.json with results and html under .asv/local/ (git-ignored): the run and the
+    site of a machine the repository does not track."""
+    conf = asv_config(root)
     conf.update(results_dir=f"{LOCAL_DIR}/results", html_dir=f"{LOCAL_DIR}/html")
     # Beside asv.conf.json: asv reads the paths of a configuration, the plugin's too, from
     # the directory it lies in.
@@ -84,10 +97,30 @@ def local_config(root: Path = ROOT) -> Path:
     return path
 
 
+def tracked_config(root: Path = ROOT) -> Path:
+    """asv.conf.json with the steps of benchmarks/accepted.json accepted, for the tracked site.
+    Only there: they are decisions about the tracked history, whose commits a local site's
+    checkout (a copy, a shallow clone) may lack. Raises regressions.AcceptedError before writing."""
+    conf = asv_config(root)
+    conf["regressions_first_commits"] = {**conf.get("regressions_first_commits", {}),
+                                         **regressions.accepted_rules(root, conf["branches"])}
+    # In .asv/ (git-ignored). asv runs from a configuration's directory: the paths made
+    # absolute; the plugin is still found, `python -m asv` from the checkout has it on sys.path.
+    conf.update({key: str(root / conf[key]) for key in ("repo", "benchmark_dir", "env_dir", "results_dir", "html_dir")})
+    path = root / ".asv" / "publish.conf.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(conf, indent=1))
+    return path
+
+
 def publish(root: Path = ROOT, local: bool = False) -> int:
     """Publish the tracked machines' results/ into html/, or (local) .asv/local/ into its site."""
-    config = ["--config", str(local_config(root))] if local else []
-    status = subprocess.call([sys.executable, "-m", "asv", *config, "publish"], cwd=root)
+    try:
+        config = local_config(root) if local else tracked_config(root)
+    except regressions.AcceptedError as exc:
+        print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
+        return 1
+    status = subprocess.call([sys.executable, "-m", "asv", "--config", str(config), "publish"], cwd=root)
     base = root / LOCAL_DIR if local else root
     html = base / "html"
     if not (html / "index.html").exists():

@@ -1,15 +1,29 @@
 """A pull request's verdict as a markdown table (or JSON), from recorded asv results.
 
-Compares commit B against A on one machine, re-running nothing. A change counts when the
-ratio after/before passes the factor and asv's own test says the recorded samples differ
-(Mann-Whitney, p < 0.002: the rule of `asv compare` and `asv continuous`). The verdict
-comes first; then one row per case and implementation: time before -> after, the ratio,
-whether it counts, speedup over naive and fraction of peak before -> after, and the
-correctness status. A peer's speed (torch, FlashMLA: not under test) is shown but does not
-decide the verdict. Failures and regressions first; unchanged rows are folded (dropped with
---only-changed). The named cases that fail the gate before Quick's timings (QuickCases) in B
-and did not in A are listed by name. Exit codes as `asv continuous`: 2 when something failed
-in B that did not fail in A, 1 when something got slower, 0 otherwise.
+Compares commit B against A on one machine, re-running nothing. The verdict is judged on the
+drift-free series, track_time_vs_anchor: each sample is an implementation's time over the time
+of a frozen anchor build of the kernels, the two timed alternately in the same process, so what
+moves between processes and machine starts (raw times, 7-13% between starts of a lent H200)
+divides out. A point counts when median(B's samples) / median(A's) passes the factor and asv's
+own test says the samples differ (Mann-Whitney, p < 0.002: the rule of `asv compare` and `asv
+continuous`). Only points where both commits have that series against the same anchor (its asv
+benchmark version, the anchor's sha) are judged; the others show their raw times as "raw only"
+and never decide.
+
+The verdict comes first; then one row per case and implementation: raw time before -> after
+(shown, never deciding), x anchor before -> after, the ratio, whether it counts, speedup over
+naive and fraction of peak before -> after, and the status. A peer's speed (torch, FlashMLA: not
+under test) is shown but does not decide the verdict. Failures and regressions first; unchanged
+and raw-only rows are folded (dropped with --only-changed). The named cases that fail the gate
+before Quick's timings (QuickCases) in B and did not in A are listed by name.
+
+Exit codes:
+  0  no counted slowdown (also when no point could be judged: raw only)
+  1  a counted slowdown, on the drift-free series
+  2  something failed in B that did not fail in A (a point failing in both is shown as "still
+     failing" and does not decide); or a refusal: a revision that is not a commit, a
+     malformed results file, no machine with results of both commits, no asv
+  3  a commit has no results at all (on --machine, else on any machine): record it first
 """
 
 from __future__ import annotations
@@ -21,30 +35,39 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from statistics import median
 
 from . import ROOT
 from .cli import Refusal, parser
 
 BENCH = "bench_verify_attn"
+TIME, ANCHOR = "track_time", "track_time_vs_anchor"
+NA = (float("nan"), None, None)  # a point a series lacks: not measured
 # Parameter names to short labels, in the order the asv classes declare them.
 LABEL = {"batch": "b", "heads": "h", "q_len": "q", "prefix_len": "p"}
+
+
+class NoResults(Refusal):
+    """A commit has no results to compare: exit 3, so a caller tells "not measured yet" from a refusal."""
 
 
 @dataclass
 class Row:
     case: str
     impl: str
-    before: float | None       # seconds; None: failed, NaN: not measured
+    before: float | None       # raw seconds; None: failed, NaN: not measured
     after: float | None
-    ratio: float | None        # after / before
-    change: str                # "slower", "faster", "same", "failed", "fixed", "new", "gone"
+    anchor: tuple              # x anchor (time over the anchor build's), (before, after); None: absent
+    ratio: float | None        # after / before: of x anchor where judged, of the raw times where "raw"
+    change: str                # "failed", "still failing", "slower", "faster", "fixed", "raw", "new", "gone", "same"
+    judged: bool               # decided by the drift-free series
     significant: bool
     speedup: tuple             # over naive, (before, after)
     peak: tuple                # fraction of peak, (before, after)
 
     @property
     def order(self) -> int:
-        return ["failed", "slower", "faster", "fixed", "new", "gone", "same"].index(self.change)
+        return ["failed", "still failing", "slower", "faster", "fixed", "raw", "new", "gone", "same"].index(self.change)
 
 
 def git_hash(rev: str) -> str:
@@ -64,13 +87,21 @@ def machines_with(results_dir: Path, *hashes: str) -> list[str]:
     return found
 
 
-def load(results_dir: Path, machine: str, commit: str):
-    from asv import results as asv_results
+def load(results_dir: Path, machine: str, commit: str) -> dict:
+    """{benchmark key: (version, points)} of commit's results on machine, all read here so that a
+    malformed file is refused in one line (asv's own iterator skips it with a warning, which
+    would read as no results)."""
+    from asv import results as asv_results, util
 
-    found = list(asv_results.iter_results_for_machine_and_hash(str(results_dir), machine, commit))
-    if not found:
-        raise Refusal(f"no results of {commit[:8]} on {machine} under {results_dir}")
-    return found[0]
+    files = sorted((results_dir / machine).glob(f"{commit[:8]}-*.json"))
+    if not files:
+        raise NoResults(f"no results of {commit[:8]} on {machine} under {results_dir}")
+    try:
+        res = asv_results.Results.load(str(files[0]), machine_name=machine)
+        return {key: (res.benchmark_version.get(key), points(res, key)) for key in res.get_all_result_keys()
+                if key.startswith(f"{BENCH}.")}
+    except (util.UserError, OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, SyntaxError) as exc:
+        raise Refusal(f"malformed results file {files[0]}: {exc}") from None
 
 
 def points(res, key: str) -> dict:
@@ -78,16 +109,12 @@ def points(res, key: str) -> dict:
     import ast
     import itertools
 
-    if key not in res.get_all_result_keys():
-        return {}
     params = res.get_result_params(key)
     values = res.get_result_value(key, params)
     stats = res.get_result_stats(key, params)
     samples = res.get_result_samples(key, params)
     combos = itertools.product(*[[ast.literal_eval(v) for v in p] for p in params])
     return {combo: (v, st, sa) for combo, v, st, sa in zip(combos, values, stats, samples)}
-
-
 def param_names(key: str, benchmarks: dict, count: int) -> list[str]:
     """The benchmark's parameter names: as asv recorded them (benchmarks.json), else as
     today's class declares them, else the last one taken for the implementation."""
@@ -125,61 +152,68 @@ def isna(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-def compare(a_res, b_res, benchmarks: dict, factor: float, bench: str) -> list[Row]:
+def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> list[Row]:
     from asv.commands.compare import _is_result_better
 
     rows = []
-    keys = sorted(k for k in set(a_res.get_all_result_keys()) | set(b_res.get_all_result_keys())
-                  if k.startswith(f"{BENCH}.") and k.endswith(".track_time") and re.search(bench, k))
+    keys = sorted(k for k in set(a) | set(b) if k.endswith(f".{TIME}") and re.search(bench, k))
     for key in keys:
         cls = key.split(".")[1]
-        a, b = points(a_res, key), points(b_res, key)
-        extra = {}
-        for metric in ("track_time_vs_naive", "track_time_vs_roofline"):
-            mk = key[: -len("track_time")] + metric
-            extra[metric] = (points(a_res, mk), points(b_res, mk))
-        for combo in sorted(set(a) | set(b), key=str):
-            va, sa_stats, sa = a.get(combo, (float("nan"), None, None))
-            vb, sb_stats, sb = b.get(combo, (float("nan"), None, None))
+
+        def series(res: dict, metric: str) -> tuple:
+            return res.get(f"{BENCH}.{cls}.{metric}", (None, {}))
+
+        ta, tb = series(a, TIME)[1], series(b, TIME)[1]
+        (version_a, xa), (version_b, xb) = series(a, ANCHOR), series(b, ANCHOR)
+        if version_a != version_b:  # absent in one, or ratios to different anchors: nothing to compare
+            xa = xb = {}
+        for combo in sorted(set(ta) | set(tb), key=str):
+            va, vb = ta.get(combo, NA)[0], tb.get(combo, NA)[0]
             if isna(va) and isna(vb) and not (va is None or vb is None):
                 continue  # measured in neither: not this device's grid, or skipped both times
+            pa, pb = xa.get(combo, NA), xb.get(combo, NA)
+            ma, mb = (None if isna(p[0]) else median(p[2]) if p[2] else p[0] for p in (pa, pb))
             case, impl = label(cls, param_names(key, benchmarks, len(combo)), combo)
-            ratio = vb / va if not isna(va) and not isna(vb) and va > 0 else None
-            significant = False
-            if vb is None and va is not None:
+            ratio, judged, significant = None, False, False
+            if (vb is None and va is not None) or (pb[0] is None and pa[0] is not None):
                 change = "failed"
-            elif va is None and vb is not None:
-                change = "fixed" if not isna(vb) else "same"
             elif va is None and vb is None:
-                change = "failed"
+                change = "still failing"
+            elif va is None:
+                change = "fixed" if not isna(vb) else "same"
             elif isna(va):
                 change = "new"
             elif isna(vb):
                 change = "gone"
-            elif _is_result_better(va, vb, (sa_stats, sa), (sb_stats, sb), factor):
-                change, significant = "slower", True
-            elif _is_result_better(vb, va, (sb_stats, sb), (sa_stats, sa), factor):
-                change, significant = "faster", True
+            elif ma is None or mb is None:
+                # Raw times of separate processes drift by several %: shown, never judged.
+                change, ratio = "raw", vb / va if va > 0 else None
             else:
-                change = "same"
+                ratio, judged = mb / ma, True
+                if _is_result_better(ma, mb, pa[1:], pb[1:], factor):
+                    change, significant = "slower", True
+                elif _is_result_better(mb, ma, pb[1:], pa[1:], factor):
+                    change, significant = "faster", True
+                else:
+                    change = "same"
 
             def inverse(metric):
-                pa, pb = extra[metric]
-                xa, xb = pa.get(combo, (None,))[0], pb.get(combo, (None,))[0]
-                return (None if isna(xa) or not xa else 1 / xa, None if isna(xb) or not xb else 1 / xb)
+                return tuple(None if isna(x) or not x else 1 / x
+                             for x in (series(res, metric)[1].get(combo, NA)[0] for res in (a, b)))
 
-            rows.append(Row(case, impl, va, vb, ratio, change, significant, inverse("track_time_vs_naive"),
-                            inverse("track_time_vs_roofline")))
-    return sorted(rows, key=lambda r: (r.order, -(r.ratio or 0) if r.change == "slower" else (r.ratio or 0),
+            rows.append(Row(case, impl, va, vb, (ma, mb), ratio, change, judged, significant,
+                            inverse("track_time_vs_naive"), inverse("track_time_vs_roofline")))
+    # Within a kind, the largest moves first (the raw ones too, folded as they are).
+    return sorted(rows, key=lambda r: (r.order, -(r.ratio or 0) if r.change in ("slower", "raw") else (r.ratio or 0),
                                        r.case, r.impl))
 
 
-def failed_cases(a_res, b_res) -> list[str]:
+def failed_cases(a: dict, b: dict) -> list[str]:
     """"impl on case" for each named case of the Quick gate that fails in B and did not in A."""
     key = f"{BENCH}.QuickCases.track_error"
-    a, b = points(a_res, key), points(b_res, key)
-    return [f"{impl} on {case}" for (case, impl), (v, _, _) in sorted(b.items())
-            if v is None and a.get((case, impl), (0,))[0] is not None]
+    pa, pb = a.get(key, (None, {}))[1], b.get(key, (None, {}))[1]
+    return [f"{impl} on {case}" for (case, impl), (v, _, _) in sorted(pb.items())
+            if v is None and pa.get((case, impl), (0,))[0] is not None]
 
 
 def fmt_time(v) -> str:
@@ -190,18 +224,15 @@ def fmt_time(v) -> str:
     return f"{v * 1e3:.4g} ms"
 
 
-def fmt_pair(pair, kind: str) -> str:
+def fmt_pair(pair, show) -> str:
     a, b = pair
-    show = (lambda x: f"{x:.3g}x") if kind == "x" else (lambda x: f"{100 * x:.3g}%")
     if a is None and b is None:
         return "-"
     return f"{show(a) if a is not None else '-'} → {show(b) if b is not None else '-'}"
 
 
-STATUS = {"failed": "**FAILED**", "slower": "slower", "faster": "faster", "fixed": "fixed", "new": "new",
-          "gone": "not run", "same": "ok"}
-
-
+STATUS = {"failed": "**FAILED**", "still failing": "still failing", "slower": "slower", "faster": "faster",
+          "fixed": "fixed", "raw": "raw only (not judged)", "new": "new", "gone": "not run", "same": "ok"}
 def counts(impl: str) -> bool:
     """Whether impl's speed decides the verdict: a kernel under test (or one no longer registered)."""
     from verify_attn import registry
@@ -216,33 +247,45 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
     # A peer's speed (torch, FlashMLA) is shown but is not the pull request's verdict.
     slower = [r for r in rows if r.change == "slower" and counts(r.impl)]
     faster = [r for r in rows if r.change == "faster" and counts(r.impl)]
+    still = [r for r in rows if r.change == "still failing"]
+    raw = [r for r in rows if r.change == "raw"]
     code = 2 if failed or cases else 1 if slower else 0
-    verdict = "failed" if code == 2 else "slower" if slower else "faster" if faster else "no significant change"
+    verdict = ("failed" if code == 2 else "slower" if slower else "faster" if faster
+               else "not judged: no drift-free series for both commits" if raw and not any(r.judged for r in rows)
+               else "no significant change")
     worst = max((r.ratio for r in slower), default=None)
     best = min((r.ratio for r in faster), default=None)
     detail = ", ".join(filter(None, [
         f"{len(cases)} named case{'s' if len(cases) > 1 else ''} failed" if cases else "",
         f"{len(failed)} failed" if failed else "",
+        f"{len(still)} still failing" if still else "",
         f"{len(slower)} slower (worst x{worst:.3f})" if slower else "",
-        f"{len(faster)} faster (best x{best:.3f})" if faster else ""])) or "within the rule"
+        f"{len(faster)} faster (best x{best:.3f})" if faster else "",
+        f"{len(raw)} raw only" if raw else ""])) or "within the rule"
     lines = [f"### verify-attn {a[:8]} → {b[:8]} on {machine}: **{verdict}** ({detail}, {len(rows)} points)", "",
-             f"A change counts when after/before passes {factor} (or 1/{factor}) and asv's Mann-Whitney test on "
-             "the recorded samples says they differ (p < 0.002). Time is the median per call; speedup over "
-             "naive and % of peak from the same runs.", ""]
+             f"A change counts when the drift-free ratio after/before passes {factor} (or 1/{factor}) and asv's "
+             "Mann-Whitney test on the recorded samples says they differ (p < 0.002). Drift-free: each sample is "
+             "the time over a frozen anchor build's, timed alternately in the same process (x anchor). Time is "
+             "the raw median per call, shown but not deciding; speedup over naive and % of peak from the same "
+             "runs.", ""]
+    if raw:
+        lines += ["Raw only (not judged): one of the two commits lacks the drift-free series there (or recorded "
+                  "it against another anchor); raw times of separate processes and machine starts drift by "
+                  "several %, so they are not judged.", ""]
     if cases:
         lines += [f"Named cases failing at {b[:8]}, so nothing of Quick was timed (tolerances: "
                   f"verify_attn/accuracy.py): {', '.join(cases)}.", ""]
-    head = "| case | impl | before | after | ratio | counts | x naive | % of peak | status |"
-    sep = "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    head = "| case | impl | before | after | x anchor | ratio | counts | x naive | % of peak | status |"
+    sep = "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 
     def line(r: Row) -> str:
-        ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
-        return (f"| {r.case} | {r.impl} | {fmt_time(r.before)} | {fmt_time(r.after)} | {ratio} | "
-                f"{'yes' if r.significant else 'no'} | {fmt_pair(r.speedup, 'x')} | {fmt_pair(r.peak, '%')} | "
+        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" + (" (raw)" if r.change == "raw" else "")
+        return (f"| {r.case} | {r.impl} | {fmt_time(r.before)} | {fmt_time(r.after)} | "
+                f"{fmt_pair(r.anchor, lambda x: f'{x:.4f}')} | {ratio} | {'yes' if r.significant else 'no'} | "
+                f"{fmt_pair(r.speedup, lambda x: f'{x:.3g}x')} | {fmt_pair(r.peak, lambda x: f'{100 * x:.3g}%')} | "
                 f"{STATUS[r.change]}{'' if counts(r.impl) or not r.significant else ' (a peer: not counted)'} |")
 
-    changed = [r for r in rows if r.change not in ("same", "new", "gone")]
-    same = [r for r in rows if r.change == "same"]
+    changed = [r for r in rows if r.change not in ("same", "raw", "new", "gone")]
     if changed:
         lines += [head, sep, *map(line, changed)]
     for kind, what in (("new", f"Measured in {b[:8]} only"), ("gone", f"Measured in {a[:8]} only (not run after)")):
@@ -252,15 +295,24 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
                 by_impl[r.impl] = by_impl.get(r.impl, 0) + 1
         if by_impl:
             lines += ["", f"{what}: " + ", ".join(f"{impl} at {n} points" for impl, n in sorted(by_impl.items())) + "."]
-    if same and not only_changed:
-        lines += ["", f"<details><summary>{len(same)} unchanged</summary>", "", head, sep, *map(line, same), "",
-                  "</details>"]
-    elif same:
-        lines += ["", f"{len(same)} unchanged points not shown (--only-changed)."]
-    return "\n".join(lines) + "\n", code
+    for folded, what in ((raw, "raw only, not judged"), ([r for r in rows if r.change == "same"], "unchanged")):
+        if folded and not only_changed:
+            lines += ["", f"<details><summary>{len(folded)} {what}</summary>", "", head, sep, *map(line, folded), "",
+                      "</details>"]
+        elif folded:
+            lines += ["", f"{len(folded)} points {what}: not shown (--only-changed)."]
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)) + "\n", code  # one blank line where sections are absent
 
 
 def main(argv=None) -> int:
+    try:
+        return report(argv)
+    except Refusal as exc:
+        print(f"python -m verify_attn report: {exc}", file=sys.stderr)
+        return 3 if isinstance(exc, NoResults) else 2
+
+
+def report(argv) -> int:
     p = parser("report", __doc__)
     p.add_argument("before", help="the base commit (a hash, a branch, HEAD~1)")
     p.add_argument("after", help="the commit under review")
@@ -268,7 +320,8 @@ def main(argv=None) -> int:
                                      "with several, this box's, else the first)")
     p.add_argument("--factor", type=float, default=1.03, help="the change a ratio must pass (default 1.03)")
     p.add_argument("-b", "--bench", default="", help="only benchmarks matching this regex (e.g. Quick)")
-    p.add_argument("--only-changed", action="store_true", help="drop the unchanged rows instead of folding them")
+    p.add_argument("--only-changed", action="store_true",
+                   help="drop the unchanged and raw-only rows instead of folding them")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     p.add_argument("--results", type=Path, default=ROOT / "results", help="asv results directory")
     args = p.parse_args(argv)
@@ -282,6 +335,9 @@ def main(argv=None) -> int:
     if machine is None:
         candidates = machines_with(args.results, a, b)
         if not candidates:
+            missing = [h[:8] for h in (a, b) if not machines_with(args.results, h)]
+            if missing:
+                raise NoResults(f"no results of {' and '.join(missing)} on any machine under {args.results}")
             raise Refusal(f"no machine under {args.results} has results for both {a[:8]} and {b[:8]}")
         from verify_attn import suite
         from verify_attn.machine import asv_machine_name
@@ -290,7 +346,10 @@ def main(argv=None) -> int:
         machine = here if here in candidates else candidates[0]
     a_res, b_res = load(args.results, machine, a), load(args.results, machine, b)
     bench_file = args.results / "benchmarks.json"
-    benchmarks = json.loads(bench_file.read_text()) if bench_file.exists() else {}
+    try:
+        benchmarks = json.loads(bench_file.read_text()) if bench_file.exists() else {}
+    except ValueError as exc:
+        raise Refusal(f"malformed {bench_file}: {exc}") from None
     rows = compare(a_res, b_res, benchmarks, args.factor, args.bench)
     cases = failed_cases(a_res, b_res) if re.search(args.bench, f"{BENCH}.QuickCases.track_error") else []
     text, code = markdown(rows, a, b, machine, args.factor, args.only_changed, cases)

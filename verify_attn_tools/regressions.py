@@ -1,0 +1,94 @@
+"""What the published regressions page lists: the steps nobody has accepted yet.
+
+Which series asv judges at all is asv.conf.json's regressions_first_commits (the drift-free
+track_time_vs_anchor and the errors). A step a reviewer accepted is an entry of
+benchmarks/accepted.json, reviewed in the repository like code:
+
+    [{"commit": "528910d", "series": "<regex>", "reason": "why the step is wanted"}]
+
+`python -m verify_attn publish` adds each entry to the regressions_first_commits it publishes
+with, so detection on the matching series starts after that commit and the step leaves the
+page for everyone. asv matches the regex from the start of the entry name (re.match) followed
+by the branch, e.g. "bench_verify_attn.Heads64.track_time_vs_anchor(9, 2048, 'tc')@main": the
+parameters as asv stores them, strings quoted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+ACCEPTED = "benchmarks/accepted.json"  # relative to the checkout
+FIELDS = ("commit", "series", "reason")
+# The remote's forms: https (credentials or not), scp-like ssh, ssh://.
+GITHUB = re.compile(r"(?:https://(?:[^@/]+@)?github\.com/|(?:ssh://)?git@github\.com[:/])"
+                    r"(?P<owner>[\w.-]+)/(?P<repo>[\w.-]+?)(?:\.git)?/?")
+
+
+class AcceptedError(ValueError):
+    """benchmarks/accepted.json cannot be applied; the message names the entry and the field."""
+
+
+def git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+
+
+def on_branches(root: Path, commit: str, branches: list[str]) -> str | None:
+    """The full hash of an abbreviated or full hash that one of the branches contains, else None:
+    asv ignores, with only a warning, a first commit outside the branch."""
+    sha = git(root, "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").stdout.strip()
+    if sha and any(git(root, "merge-base", "--is-ancestor", sha, b).returncode == 0 for b in branches):
+        return sha
+    return None
+
+
+def accepted_rules(root: Path, branches: list[str]) -> dict[str, str]:
+    """regressions_first_commits entries for benchmarks/accepted.json (none without the file):
+    the series regex, tagged with a regex comment naming the commit (two steps accepted in one
+    series stay two keys; asv starts after the latest commit that matches), to the full hash."""
+    path = root / ACCEPTED
+    if not path.exists():
+        return {}
+    try:
+        entries = json.loads(path.read_text())
+    except ValueError as exc:
+        raise AcceptedError(f"{ACCEPTED}: not JSON: {exc}") from None
+    if not isinstance(entries, list):
+        raise AcceptedError(f"{ACCEPTED}: a list of entries {{{', '.join(map(repr, FIELDS))}}} expected")
+    rules = {}
+    for n, entry in enumerate(entries, 1):
+        if not isinstance(entry, dict):
+            raise AcceptedError(f"{ACCEPTED}, entry {n}: an object with {', '.join(map(repr, FIELDS))} expected")
+        commit = entry.get("commit")
+        where = f"{ACCEPTED}, entry {n}" + (f" (commit {commit})" if isinstance(commit, str) else "")
+        extra = sorted(set(entry) - set(FIELDS))
+        if extra:
+            raise AcceptedError(f"{where}: {extra[0]!r} is not a field (fields: {', '.join(map(repr, FIELDS))})")
+        for field in FIELDS:
+            if field not in entry:
+                raise AcceptedError(f"{where}: {field!r} is missing")
+            if not isinstance(entry[field], str) or not entry[field].strip():
+                raise AcceptedError(f"{where}: {field!r} is not a non-empty string")
+        try:
+            re.compile(entry["series"])
+        except re.error as exc:
+            raise AcceptedError(f"{where}: 'series' is not a regular expression: {exc}") from None
+        # A hash, never a name: a branch or tag would move the accepted step with it.
+        sha = on_branches(root, commit, branches) if re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
+        if sha is None:
+            raise AcceptedError(f"{where}: 'commit' {commit!r} is not the hash of a commit on {' or '.join(branches)}")
+        rules[f"{entry['series']}(?#accepted {commit})"] = sha
+    return rules
+
+
+def commit_url(root: Path) -> str | None:
+    """asv's show_commit_url, the address a commit's hash is appended to: $VERIFY_ATTN_COMMIT_URL
+    (set and empty: none), else the commit pages of the GitHub repository that `git remote get-url
+    origin` names, else None (asv's pages then link no commit)."""
+    if "VERIFY_ATTN_COMMIT_URL" in os.environ:
+        return os.environ["VERIFY_ATTN_COMMIT_URL"] or None
+    match = GITHUB.fullmatch(git(root, "remote", "get-url", "origin").stdout.strip())
+    return f"https://github.com/{match['owner']}/{match['repo']}/commit/" if match else None
