@@ -122,6 +122,18 @@ def test_only_judged_series_and_no_accepted_step(site, monkeypatch):
     assert subprocess.run(["git", "check-ignore", "-q", ".asv/publish.conf.json"], cwd=ROOT).returncode == 0
 
 
+def test_a_series_not_judged_leaves_the_page(site):
+    """An entry with commit null: the matching series off the page for good, the rest stays."""
+    repo, shas, _ = site
+    (repo / regressions.ACCEPTED).write_text(json.dumps([{
+        "commit": None, "series": r"bench_verify_attn\.\w+\.track_time_vs_anchor\(.*'naive'\)", "reason": "unsteady"}]))
+    assert publish.publish(repo) == 0
+    left = listed(repo)
+    assert left and not any("vs_anchor" in k and k.endswith("'naive')") for k in left)
+    assert any(k.endswith("'tc')") for k in left)
+    (repo / regressions.ACCEPTED).unlink()
+
+
 def test_the_repository_judges_only_drift_free_and_error_series():
     """asv.conf.json over every benchmark the repository records: a name is judged unless a
     null rule matches it (asv's rule, branch appended)."""

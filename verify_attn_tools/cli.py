@@ -22,6 +22,7 @@ VERBS = {
     "crosscheck": "the timer against the profiler's kernel time (GPU)",
     "detect": "how often the PR check flags planted slowdowns, and a no-op (GPU)",
     "machine": "this box's asv machine name and the ceilings fractions of peak use",
+    "spread": "how far one commit's raw and drift-free series move between machine starts",
     "ab": "a base commit's kernels against the checkout's, paired in one process (exit 0/1/2)",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results)",
 }

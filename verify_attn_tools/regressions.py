@@ -8,7 +8,9 @@ benchmarks/accepted.json, reviewed in the repository like code:
 
 `python -m verify_attn publish` adds each entry to the regressions_first_commits it publishes
 with, so detection on the matching series starts after that commit and the step leaves the
-page for everyone. asv matches the regex from the start of the entry name (re.match) followed
+page for everyone. An entry whose commit is null takes the matching series off the page for
+good: a series measured to be too unsteady to judge (the reason says how it was measured).
+asv matches the regex from the start of the entry name (re.match) followed
 by the branch, e.g. "bench_verify_attn.Heads64.track_time_vs_anchor(9, 2048, 'tc')@main": the
 parameters as asv stores them, strings quoted.
 """
@@ -45,7 +47,7 @@ def on_branches(root: Path, commit: str, branches: list[str]) -> str | None:
     return None
 
 
-def accepted_rules(root: Path, branches: list[str]) -> dict[str, str]:
+def accepted_rules(root: Path, branches: list[str]) -> dict[str, str | None]:
     """regressions_first_commits entries for benchmarks/accepted.json (none without the file):
     the series regex, tagged with a regex comment naming the commit (two steps accepted in one
     series stay two keys; asv starts after the latest commit that matches), to the full hash."""
@@ -70,12 +72,17 @@ def accepted_rules(root: Path, branches: list[str]) -> dict[str, str]:
         for field in FIELDS:
             if field not in entry:
                 raise AcceptedError(f"{where}: {field!r} is missing")
+            if field == "commit" and entry[field] is None:  # never judged
+                continue
             if not isinstance(entry[field], str) or not entry[field].strip():
                 raise AcceptedError(f"{where}: {field!r} is not a non-empty string")
         try:
             re.compile(entry["series"])
         except re.error as exc:
             raise AcceptedError(f"{where}: 'series' is not a regular expression: {exc}") from None
+        if commit is None:
+            rules[f"{entry['series']}(?#not judged)"] = None
+            continue
         # A hash, never a name: a branch or tag would move the accepted step with it.
         sha = on_branches(root, commit, branches) if re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
         if sha is None:

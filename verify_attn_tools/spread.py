@@ -1,0 +1,81 @@
+"""How far one commit's series move between machine starts: raw time against the drift-free series.
+
+    python -m verify_attn spread RESULT.json RESULT.json ... [--min-ms 0.02] [--json FILE]
+
+Each file is asv's result file of the same commit recorded in another start of a machine (or on
+another host of the GPU kind); the table gives, per point and implementation, the spread
+max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files, and
+the largest of each per class. The goal the history is held to: the drift-free spread within 1%
+at every Quick point and within 2% at every point of 20 us or more.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from .cli import Refusal, parser
+from .report import BENCH, points
+
+SERIES = ("track_time", "track_time_vs_anchor")
+
+
+def medians(path: Path) -> tuple[str, dict]:
+    """(commit, {(class, params, series): median}) of one asv result file."""
+    from asv import results as asv_results, util
+
+    try:
+        res = asv_results.Results.load(str(path))
+    except (util.UserError, OSError, ValueError, KeyError) as exc:
+        raise Refusal(f"{path}: not an asv result file ({exc})") from None
+    out = {}
+    for key in res.get_all_result_keys():
+        cls, _, series = key.removeprefix(f"{BENCH}.").rpartition(".")
+        if not key.startswith(f"{BENCH}.") or series not in SERIES:
+            continue
+        for combo, (value, _, samples) in points(res, key).items():
+            value = statistics.median(samples) if samples else value
+            if value is not None and value == value:
+                out[(cls, combo, series)] = value
+    return res.commit_hash, out
+
+
+def spread(runs: list[dict], min_s: float) -> list[dict]:
+    """One row per point measured in every run: each series' max/min - 1, the raw median."""
+    common = set.intersection(*(set(r) for r in runs))
+    rows = {}
+    for cls, combo, series in sorted(common, key=str):
+        values = [r[(cls, combo, series)] for r in runs]
+        rows.setdefault((cls, combo), {})[series] = max(values) / min(values) - 1
+        if series == "track_time":
+            rows[(cls, combo)]["ms"] = statistics.median(values) * 1e3
+    return [{"class": cls, "point": " ".join(map(str, combo)), **v} for (cls, combo), v in rows.items()
+            if len(v) == 3 and v["ms"] >= min_s * 1e3]
+
+
+def main(argv=None) -> int:
+    p = parser("spread", __doc__)
+    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument("--min-ms", type=float, default=0.02, help="points whose median is under this are left out (default 0.02)")
+    p.add_argument("--json", type=Path)
+    args = p.parse_args(argv)
+    if len(args.files) < 2:
+        p.error("give at least two result files of one commit")
+    loaded = [medians(f) for f in args.files]
+    commits = {c for c, _ in loaded}
+    if len(commits) != 1:
+        raise Refusal(f"the files hold different commits ({', '.join(sorted(c[:8] for c in commits))}): give one commit's")
+    rows = spread([m for _, m in loaded], args.min_ms / 1e3)
+    print(f"# {commits.pop()[:8]}, {len(loaded)} runs: spread = max/min - 1 of the medians, raw time and x anchor")
+    print(f"{'class':10s} {'point':28s} {'ms':>9s} {'raw':>7s} {'anchor':>7s}")
+    for r in rows:
+        print(f"{r['class']:10s} {r['point']:28s} {r['ms']:9.4f} {100 * r['track_time']:6.2f}% "
+              f"{100 * r['track_time_vs_anchor']:6.2f}%")
+    for cls in sorted({r["class"] for r in rows}):
+        mine = [r for r in rows if r["class"] == cls]
+        print(f"# {cls}: {len(mine)} points, largest spread raw {100 * max(r['track_time'] for r in mine):.2f}%, "
+              f"x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
