@@ -2,6 +2,8 @@
 repository (CPU backend, tiny grid), publish, compare, and continuous catching a planted
 slowdown while letting a change-nothing commit through."""
 
+import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -22,6 +24,10 @@ def git(repo, *args):
     subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
 
 
+def git_out(repo, *args) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("asv")
@@ -35,8 +41,10 @@ def repo(tmp_path_factory):
     git(repo, "init", "-q", "-b", "main")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "base")
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    # The copy holds one commit: it is the anchor of the drift-free series here.
     env = dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_GRID="tiny",
-               VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable)
+               VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable, VERIFY_ATTN_ANCHOR=base)
     (tmp / "home").mkdir()
     return repo, env
 
@@ -72,6 +80,16 @@ def test_run_publish_compare_and_continuous(repo):
     asv(repo, env, "run", "--machine", "ci", "--record-samples", "-b", BENCH, "ALL")
     results = list((repo / "results" / "ci").glob("*-reuse-*.json"))
     assert len(results) == 2
+    # Over the anchor (the base commit's kernels, timed in turn in each process): flash at
+    # about 1 for the base itself, about 3 for the planted 3x slowdown; naive unchanged.
+    anchored = {}
+    for path in results:
+        data = json.loads(path.read_text())
+        values, params = data["results"][f"bench_verify_attn.{BENCH}.track_time_vs_anchor"][:2]
+        anchored[data["commit_hash"]] = dict(zip(itertools.product(*params), values))
+    base, planted = anchored[git_out(repo, "rev-parse", "HEAD~1")], anchored[git_out(repo, "rev-parse", "HEAD")]
+    flash, slow, naive = base["9", "2048", "'flash'"], planted["9", "2048", "'flash'"], planted["9", "2048", "'naive'"]
+    assert 0.7 < flash < 1.4 and slow > 2 and 0.7 < naive < 1.4, (flash, slow, naive)
 
     asv(repo, env, "publish")
     assert (repo / "html" / "index.html").exists()

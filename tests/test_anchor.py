@@ -1,0 +1,76 @@
+"""The drift-free series: the anchor's build beside the checkout's, each implementation timed
+in turn with its yardstick there; the timer's sample counts; the spread verb."""
+
+import json
+import time
+
+import pytest
+
+from verify_attn import anchor, cases, registry
+from verify_attn.measure import measure_case
+from verify_attn.timer import Timer
+
+
+def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
+    monkeypatch.setenv(anchor.ENV, "HEAD")
+    monkeypatch.setattr(anchor, "_state", {})
+    ns, note = anchor.load()
+    assert ns == anchor.NS, note
+    case = cases.grid_case(8, 9, 2048)
+    got = measure_case(case, ["naive", "flash", "torch", "tc"], Timer("cpu", samples=5, warmup_s=0.0), anchor_ns=ns)
+    for impl in ("naive", "flash"):
+        r = got[impl]
+        assert r.anchor_of == f"{impl}@{anchor.NS}" and len(r.anchor) == len(r.timing.samples) == 5
+        assert 0.5 < sorted(r.anchor)[2] < 2  # the same kernel on both sides (HEAD's kernels/)
+    assert got["torch"].anchor is None  # its yardstick, the anchor's tc, has no CPU backend
+    assert got["tc"].skipped and got["tc"].anchor is None
+
+
+def test_without_an_anchor_the_series_is_absent_and_says_why(monkeypatch):
+    monkeypatch.setattr(anchor, "_state", {})
+    monkeypatch.setenv(anchor.ENV, "off")
+    assert anchor.load() == (None, f"{anchor.ENV}=off")
+    monkeypatch.setattr(anchor, "_state", {})
+    monkeypatch.setenv(anchor.ENV, "no-such-revision")
+    ns, note = anchor.load()
+    assert ns is None and "no-such-revision" in note
+
+
+def test_a_peer_is_divided_by_the_anchors_tc():
+    class Ops:  # an anchor build's namespace holding flash and tc
+        flash = tc = object()
+
+    import torch
+
+    torch.ops.va_test_anchor = Ops  # getattr(torch.ops, ns) is how the yardstick is looked up
+    try:
+        assert anchor.yardstick("flash", "va_test_anchor") == "flash"
+        assert anchor.yardstick("torch", "va_test_anchor") == "tc"
+        assert anchor.yardstick("naive", "va_test_anchor") == "tc"  # not in that build
+        assert anchor.yardstick("flash", None) is None
+    finally:
+        del torch.ops.va_test_anchor
+    assert registry.get("tc_mma").variant_of == "tc"
+
+
+def test_a_slow_call_gets_fewer_samples():
+    timer = Timer("cpu", samples=6, min_sample_s=0.0, warmup_s=0.0, slow_call_s=0.01, slow_samples=3)
+    got = timer.time_many({"slow": [lambda: time.sleep(0.02)], "fast": [lambda: None]})
+    assert len(got["slow"].samples) == 3 and len(got["fast"].samples) == 6
+
+
+def test_spread_of_one_commits_runs(tmp_path, capsys):
+    """The same file twice spreads by nothing; files of two commits are refused."""
+    from conftest import ROOT
+    from verify_attn_tools import spread
+    from verify_attn_tools.cli import Refusal
+
+    run = ROOT / "results" / "nvidia-h200" / "cbb6b5e6-reuse-py3.12.json"
+    out = tmp_path / "spread.json"
+    assert spread.main([str(run), str(run), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert rows and all(r["track_time"] == 0 == r["track_time_vs_anchor"] and r["ms"] >= 0.02 for r in rows)
+    assert {"Quick", "Serving"} <= {r["class"] for r in rows}
+    assert "largest spread raw 0.00%" in capsys.readouterr().out
+    with pytest.raises(Refusal, match="different commits"):
+        spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")])
