@@ -8,6 +8,7 @@ GPU-kind matrix, no template expressions in shell. PyYAML comes with asv (requir
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -67,7 +68,13 @@ def test_pr_job_runs_quick_continuous_then_the_report_as_status():
     assert re.search(r'asv continuous .*-f 1\.03 -b Quick "\$BASE_SHA" "\$HEAD_SHA"', run)
     assert re.search(r'verify_attn report .*-b Quick --factor 1\.03 "\$BASE_SHA" "\$HEAD_SHA"', run)
     assert re.search(r'verify_attn ab "\$BASE_SHA"', run) and 'git checkout -q --detach "$HEAD_SHA"' in run
-    assert "status=$(( paired > status ? paired : status ))" in run
+    # The status: failed (2) over slower (1) over no results (3) over ok, run as the job runs it.
+    rank = [line for line in run.splitlines() if line.strip().startswith(("rank()", '[ "$(rank'))]
+    assert len(rank) == 2, rank
+    for status, paired, worse in [(0, 1, 1), (3, 2, 2), (3, 0, 3), (1, 3, 1), (2, 1, 2), (0, 0, 0), (3, 1, 1)]:
+        script = f"status={status}; paired={paired}\n" + "\n".join(rank) + "\necho $status"
+        out = subprocess.run(["bash", "-eo", "pipefail", "-c", script], capture_output=True, text=True).stdout
+        assert out.strip() == str(worse), (status, paired, out)
     assert '>> "$GITHUB_STEP_SUMMARY"' in run
     assert run.rstrip().endswith('exit "$status"'), "the job's status is the worse of report and ab"
     comment = doc["jobs"]["comment"]
