@@ -220,7 +220,8 @@ def test_vendored_assets_cover_asv(published):
 def fake_asv_publish(page: str):
     """Stands in for `asv publish` (subprocess.call): writes an html/ with this front page."""
     def call(cmd, cwd):
-        html = Path(cwd) / "html"
+        # Where publish points asv: a staging directory it swaps into html/ on success.
+        html = Path(json.loads(Path(cmd[cmd.index("--config") + 1]).read_text())["html_dir"])
         html.mkdir(parents=True, exist_ok=True)
         (html / "index.html").write_text(page)
         (html / "index.json").write_text(json.dumps({"benchmarks": {}, "graph_param_list": []}))

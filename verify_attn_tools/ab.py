@@ -16,8 +16,8 @@ when it is above the factor and at least the sign test's share of pairs is slowe
 p < 0.01: 17 of 20 pairs, 10 of 10), "faster" the other way round. Before timing, the
 checkout's kernels must pass every named case (verify_attn.parity, the Quick gate), and
 both sides each timed point, against the float64 reference.
-Exit 2 when the checkout fails a check (nothing is timed), 1 when a kernel got slower,
-0 otherwise; a markdown table on stdout (a pull request's comment), --json for the rows.
+Exit 2 when the checkout fails a check (nothing is timed) or nothing could be timed (no kernel
+runs on this device: one line says why), 1 when a kernel got slower, 0 otherwise; a markdown table on stdout (a pull request's comment), --json for the rows.
 
 The base is built with this checkout's registry and binding generator (verify_attn.revision):
 a kernel or path variant the base does not have is checked on the head's side and shown as
@@ -45,6 +45,8 @@ from verify_attn.measure import input_sets
 
 from . import ROOT
 from .cli import Refusal, parser
+from .children import cleanup
+from .sanitize import cell
 
 NS = "va_base"  # the base's op namespace: torch.ops.va_base.<impl>
 ALPHA = 0.01
@@ -147,14 +149,14 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
              f"Paired in one process (base and head in turn, same inputs); ratio = median of the pairs' "
              f"head/base time; slower/faster beyond x{factor:g} with the sign test at p < {ALPHA:g}.", ""]
     if failed:
-        lines += ["Nothing timed: the checkout fails named cases:", *(f"- {f}" for f in failed), ""]
+        lines += ["Nothing timed: the checkout fails named cases:", *(f"- {cell(f)}" for f in failed), ""]
     order = {"failed": 0, "slower": 1, "base failed": 2, "new": 3, "faster": 4, "same": 5}
     lines += ["| point | impl | base ms | head ms | ratio | slower pairs | p | |", "|---|---|---:|---:|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (order[r.status], r.point, r.impl)):
         if r.ratio is None:
-            lines.append(f"| {r.point} | {r.impl} | | | | | | {r.status}: {r.reason} |")
+            lines.append(f"| {cell(r.point)} | {cell(r.impl)} | | | | | | {r.status}: {cell(r.reason)} |")
             continue
-        lines.append(f"| {r.point} | {r.impl} | {r.base_s * 1e3:.4f} | {r.head_s * 1e3:.4f} | {r.ratio:.4f} | "
+        lines.append(f"| {cell(r.point)} | {cell(r.impl)} | {r.base_s * 1e3:.4f} | {r.head_s * 1e3:.4f} | {r.ratio:.4f} | "
                      f"{r.slower}/{r.pairs} | {r.p:.2g} | {'' if r.status == 'same' else r.status} |")
     return "\n".join(lines)
 
@@ -174,7 +176,9 @@ def main(argv=None) -> int:
     if args.factor < 1:
         p.error(f"--factor must be >= 1, got {args.factor}")
     try:
-        return run(args)
+        # An interrupt (Ctrl-C, SIGTERM) ends what the builds started below this process (ninja, nvcc).
+        with cleanup():
+            return run(args)
     except Exception as exc:  # a build or git failure is a failed check (2), never "slower" (1)
         if not isinstance(exc, Refusal):
             traceback.print_exc()
@@ -193,6 +197,10 @@ def run(args) -> int:
         raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
     t0 = time.perf_counter()
     ops.load()
+    # Nothing to time is a refusal (exit 2), never an empty table read as "no change".
+    why = {i: ops.unsupported(i, dev) for i in impls}
+    if all(why.values()):
+        raise Refusal(f"nothing to time on {dev}: " + "; ".join(f"{i}: {r}" for i, r in why.items()))
     try:
         lib, _ = revision.library(ROOT, base_sha, NS)
     except revision.RevisionError as exc:
@@ -210,6 +218,10 @@ def run(args) -> int:
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
+    if not failed and not any(r.ratio is not None for r in rows):
+        print(f"python -m verify_attn ab: nothing was timed on {dev} (no Quick point ran a kernel of both sides: "
+              f"{', '.join(impls)})", file=sys.stderr)
+        code = 2
     if args.json:
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,

@@ -5,7 +5,8 @@ extension's build cache is shared and locked) and its results are copied into th
 checkout's results/<machine>/. Every commit is measured by its own benchmark suite: the
 shard checks the commit out before `asv run`, since the asv classes call into the measured
 package of their own commit (a newer suite over an older package fails its setup). With no
-commits, runs exactly those the history lists as MISSING for this machine.
+commits, runs exactly those the history lists as MISSING for this machine. Interrupted
+(Ctrl-C, SIGTERM), it ends the shards' process groups and removes the clones.
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ from verify_attn.machine import asv_machine_name
 
 from . import ROOT, history
 from .cli import parser
+from .children import cleanup
 from .run import register_machine
+
+
+def shard_script(mine: list[str], machine: str, bench: str | None) -> str:
+    """The shell script a shard runs in its clone: each commit checked out, then asv on it."""
+    asv = f"{shlex.quote(sys.executable)} -m asv run --machine {shlex.quote(machine)} --record-samples"
+    if bench:
+        asv += f" -b {shlex.quote(bench)}"
+    return ("status=0; for sha in " + " ".join(mine) + "; do git checkout -q --detach $sha && "
+            f"{asv} $sha^! || status=1; done; exit $status")
 
 
 def clone_head(repo: Path) -> str:
@@ -48,23 +59,21 @@ def main(argv=None) -> int:
     register_machine(machine)
     head = clone_head(ROOT)
     status = 0
-    with tempfile.TemporaryDirectory(prefix="verify_attn_backfill_") as tmp:
+    # The clones are removed and the shards' process groups (asv, its benchmark processes, the
+    # builds) ended however this ends: done, failed, Ctrl-C or SIGTERM.
+    with tempfile.TemporaryDirectory(prefix="verify_attn_backfill_") as tmp, cleanup() as kids:
         procs = []
         for i, gpu in enumerate(gpus):
             mine = commits[i::len(gpus)]
             if not mine:
                 continue
             clone = Path(tmp) / f"s{i}"
-            subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+            kids.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
             log = open(Path(tmp) / f"log{i}", "w")
             env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)
-            asv = f"{shlex.quote(sys.executable)} -m asv run --machine {shlex.quote(machine)} --record-samples"
-            if args.bench:
-                asv += f" -b {shlex.quote(args.bench)}"
-            script = "status=0; for sha in " + " ".join(mine) + "; do git checkout -q --detach $sha && " \
-                     f"{asv} $sha^! || status=1; done; exit $status"
-            procs.append((i, gpu, clone, mine, log, subprocess.Popen(["bash", "-c", script], cwd=clone, env=env,
-                                                                stdout=log, stderr=subprocess.STDOUT)))
+            script = shard_script(mine, machine, args.bench)
+            procs.append((i, gpu, clone, mine, log, kids.popen(["bash", "-c", script], cwd=clone, env=env,
+                                                               stdout=log, stderr=subprocess.STDOUT)))
         out = ROOT / "results" / machine
         out.mkdir(parents=True, exist_ok=True)
         for i, gpu, clone, mine, log, proc in procs:

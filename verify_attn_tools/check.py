@@ -2,8 +2,10 @@
 (verify_attn.parity, which the Quick benchmarks also run before timing anything).
 
 Prints PASS, FAIL or SKIP (with the reason), the implementation, the case, its shape,
-max_abs and max_rel, one line each, and exits 1 on any FAIL. FILE arguments are bundles of
-captured inputs (verify_attn.cases.save_bundle) to replay. Tolerances: verify_attn/accuracy.py.
+max_abs and max_rel, one line each, and exits 1 on any FAIL, and when nothing was checked
+(every implementation skipped: a library lacking the ops, a kernel this device cannot run). FILE arguments are bundles of
+captured inputs (verify_attn.cases.save_bundle) to replay; each is put through the op's own
+input checks first, and one that fails them is a "FAIL load FILE: why" line. Tolerances: verify_attn/accuracy.py.
 """
 
 from __future__ import annotations
@@ -12,10 +14,26 @@ import random
 
 import torch
 
-from verify_attn import cases, parity, registry
+from verify_attn import accuracy, cases, ops, parity, registry
 from verify_attn.candidate import of, outcomes
 
 from .cli import need_gpu, parser
+
+
+def validated(inputs: cases.Inputs) -> cases.Inputs:
+    """The op's own input checks (verify_attn.ops.validate: shapes, types, then the values of
+    parent, prefix_lens and kv_indices), before anything runs on the inputs: a crafted bundle (an
+    index of 1e9, an invalid parent, a prefix longer than kv, a wrong last dimension) gets the
+    op's message instead of a traceback from the float64 reference. Raises ValueError."""
+    q = inputs.q
+    if q.dim() != 4:  # poisoned_outputs needs [batch, q_len, heads, _]
+        raise ValueError(f"q must be [batch, q_len, heads, 576], got shape {list(q.shape)}")
+    try:
+        ops.validate(inputs.q, inputs.kv, inputs.parent, inputs.prefix_lens, inputs.scale, inputs.kv_indices,
+                     *accuracy.poisoned_outputs(q))
+    except (RuntimeError, ValueError, TypeError, IndexError) as exc:
+        raise ValueError(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__) from None
+    return inputs
 
 
 def main(argv=None) -> int:
@@ -43,8 +61,8 @@ def main(argv=None) -> int:
     print(f"# device {args.device}, seed {seed}, tolerance: see verify_attn/accuracy.py", flush=True)
 
     work = [(c.name, c, lambda c=c: cases.make_inputs(c, args.device, seed)) for c in chosen]
-    work += [(f, None, lambda f=f: cases.load_bundle(f).to(args.device)) for f in args.files]
-    failed = 0
+    work += [(f, None, lambda f=f: validated(cases.load_bundle(f).to(args.device))) for f in args.files]
+    failed = checked = 0
     for name, case, make in work:
         try:
             inputs = make()
@@ -59,7 +77,12 @@ def main(argv=None) -> int:
                 continue
             err = o.error
             failed += not err.ok
+            checked += 1
             note = f"  ({err.reason})" if err.reason else ""
             print(f"{'PASS' if err.ok else 'FAIL'} {o.impl:8s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
                   f"max_rel={err.max_rel:.3g}{note}", flush=True)
+    if not failed and not checked:
+        print(f"FAIL nothing checked: every implementation was skipped ({', '.join(impls)} on {args.device})",
+              flush=True)
+        return 1
     return 1 if failed else 0

@@ -25,6 +25,8 @@ A size may name its head counts and its runs: ``2@8,16x10`` is 2% at heads 8 and
               continuous prints), flagged when a Quick timing got significantly worse: a third
               less GPU time than continuous.
 Rounds (every size once, then again) are dealt out to the GPUs, one clone each.
+Every command runs in a process group of its own; interrupted (Ctrl-C, SIGTERM), detect ends
+them all and removes its clones.
 ``--find`` also builds a chain of 9 commits with the 10% slowdown in the middle and checks
 that ``asv find`` names it. Prints the table; --json writes it.
 """
@@ -46,6 +48,7 @@ from verify_attn import grid, suite
 
 from . import ROOT
 from .cli import parser
+from .children import Children, cleanup
 
 # Where each plant goes: the top of flash's split kernel (time), its key loop (work), the top
 # of a split task of its CPU twin (time).
@@ -57,6 +60,8 @@ BENCH = r"Quick\.track_time(?!_)"
 ROW = re.compile(r"^\|?\s*([+\-x!~]?)\s*\|?.*?\s(~?[\d.]+|n/a)\s*\|?\s*bench_verify_attn\.Quick\.track_time"
                  r"\((\d+), (\d+), (\d+), '(\w+)'\)")
 LOG: Path | None = None  # --log: every asv command's output, as it runs
+KIDS: Children | None = None  # main's: every command runs in a process group of its own, ended on an interrupt
+AB = [sys.executable, "-m", "verify_attn", "ab"]  # a run of --check ab
 
 
 # The time plant: a guard whose destructor, at the end of every block of the split kernel,
@@ -149,7 +154,8 @@ def rounds(variants: list[Variant]) -> list[list[Variant]]:
 
 
 def sh(cmd, cwd, env=None, check=True):
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+    proc = (KIDS.run(cmd, cwd, env) if KIDS else
+            subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True))
     if check and proc.returncode != 0:
         raise RuntimeError(f"{cmd} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -196,8 +202,9 @@ def stream(repo: Path, env: dict, cmd: list[str], tag: str, check=True):
         return sh(cmd, repo, env, check)
     # Streamed into the log line by line, so a run cut short still shows how far it got.
     t0, lines = time.perf_counter(), []
-    with subprocess.Popen(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as proc, LOG.open("a") as log:
+    start = KIDS.popen if KIDS else subprocess.Popen
+    with start(cmd, cwd=repo, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+               text=True) as proc, LOG.open("a") as log:
         for line in proc.stdout:
             lines.append(line)
             log.write(f"[{repo.name} {tag} {time.perf_counter() - t0:6.1f} s] {line}")
@@ -246,8 +253,7 @@ def run_shard(workdir: Path, gpu: str | None, jobs: list[tuple[int, list[Variant
                 sh(["git", "checkout", "-q", branches[v]], repo)
                 result = workdir / f"{repo.name}.ab.json"
                 result.unlink(missing_ok=True)
-                proc = stream(repo, env, [sys.executable, "-m", "verify_attn", "ab", base, "-f", str(factor),
-                                          "--json", str(result)], "ab", check=False)
+                proc = stream(repo, env, [*AB, base, "-f", str(factor), "--json", str(result)], "ab", check=False)
                 if proc.returncode not in (0, 1):
                     raise RuntimeError(f"ab exited {proc.returncode}:\n{(proc.stdout + proc.stderr)[-3000:]}")
                 rows = json.loads(result.read_text())["rows"]
@@ -326,14 +332,25 @@ def main(argv=None) -> int:
     if args.check != "paired":  # spread single runs, not rounds
         jobs = [(rep, [v]) for rep, due in jobs for v in due]
     shards = [jobs[i::len(gpus)] for i in range(len(gpus))]
-    with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp:
-        workdir = Path(tmp)
-        with concurrent.futures.ThreadPoolExecutor(len(gpus) + 1) as pool:
-            futures = [pool.submit(run_shard, workdir, g, s, variants, factor, args.machine, args.plant,
-                                   args.check, cpu) for g, s in zip(gpus, shards) if s]
-            find = pool.submit(run_find, workdir, args.machine, gpus[-1], heads, args.plant, cpu) if args.find else None
-            runs = [r for f in futures for r in f.result()]
-            found = find.result() if find else None
+    global KIDS
+    # Every command in a process group of its own: Ctrl-C or SIGTERM ends them all (asv, ab, the
+    # builds) before the shards' threads are joined and the clones removed.
+    try:
+        with tempfile.TemporaryDirectory(prefix="verify_attn_detect_") as tmp, cleanup() as KIDS:
+            workdir = Path(tmp)
+            pool = concurrent.futures.ThreadPoolExecutor(len(gpus) + 1)
+            try:
+                futures = [pool.submit(run_shard, workdir, g, s, variants, factor, args.machine, args.plant,
+                                       args.check, cpu) for g, s in zip(gpus, shards) if s]
+                find = (pool.submit(run_find, workdir, args.machine, gpus[-1], heads, args.plant, cpu)
+                        if args.find else None)
+                runs = [r for f in futures for r in f.result()]
+                found = find.result() if find else None
+            finally:
+                KIDS.end()
+                pool.shutdown(wait=True, cancel_futures=True)
+    finally:
+        KIDS = None
     how = {"ab": "verify_attn ab (paired in one process)", "continuous": f"asv continuous -b '{BENCH}'",
            "paired": f"asv run + compare -b '{BENCH}', the base once a round"}[args.check]
     print(f"\n{how}, -f {factor}, {args.plant} plant in flash{' (CPU)' if cpu else ''}")

@@ -404,7 +404,12 @@ def main(results_dir, out_dir, machine: str | None = None) -> list[Path]:
     if not names:
         skipped.append(f"no machines under {results_dir}")
     for name in names:
-        runs = load_runs(results_dir, name)
+        try:  # a results file asv's loader or a parameter's literal trips on costs this machine only
+            runs = load_runs(results_dir, name)
+        except Exception as exc:  # noqa: BLE001 (publish validates the files first: this is a backstop)
+            log.error("plots for %s not drawn: its results do not load (%s: %s)", name, type(exc).__name__, exc)
+            skipped.append(f"{name}: results do not load ({type(exc).__name__}: {exc})")
+            continue
         ceil = ceilings(runs, name)
         for kind, fn in PLOTS.items():
             path = out_dir / f"{name}-{kind}.png"

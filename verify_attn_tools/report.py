@@ -22,8 +22,12 @@ Exit codes:
   1  a counted slowdown, on the drift-free series
   2  something failed in B that did not fail in A (a point failing in both is shown as "still
      failing" and does not decide); or a refusal: a revision that is not a commit, a
-     malformed results file, no machine with results of both commits, no asv
+     malformed benchmarks.json, no machine with results of both commits, no asv
   3  a commit has no results at all (on --machine, else on any machine): record it first
+  4  a malformed results file: one line names the file and the field (a parameter value that
+     is not a Python literal, "results": null)
+Names from the results files (implementations, cases, the machine) are escaped in the
+markdown (verify_attn_tools/sanitize.py's cell): no mention, link, HTML or column break.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from statistics import median
 
 from . import ROOT
 from .cli import Refusal, parser
+from .sanitize import cell
 
 BENCH = "bench_verify_attn"
 TIME, ANCHOR = "track_time", "track_time_vs_anchor"
@@ -49,6 +54,77 @@ LABEL = {"batch": "b", "heads": "h", "q_len": "q", "prefix_len": "p"}
 
 class NoResults(Refusal):
     """A commit has no results to compare: exit 3, so a caller tells "not measured yet" from a refusal."""
+
+
+class Malformed(Refusal):
+    """A results file without asv's shape: exit 4 (report and publish alike), one line naming the
+    file and the field, before anything is judged or written."""
+
+    def __init__(self, path, field: str, why: str):
+        super().__init__(f"malformed results file {path}: field {field}: {why}")
+        self.path, self.field = path, field
+
+
+MALFORMED_EXIT = 4
+
+
+def check_results_file(path: Path) -> None:
+    """Raise Malformed unless path is a results file that asv and this tooling can read: JSON,
+    an object; results an object of lists in result_columns' order; each benchmark's params a list
+    of lists of Python literals (asv keeps parameter values as their repr), its result one value
+    per combination. asv's own loader skips a bad file with a warning or stops with a traceback."""
+    import ast
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise Malformed(path, "(the file)", f"not readable JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise Malformed(path, "(top level)", f"a JSON object expected, got {type(data).__name__}")
+    for field, kind in (("commit_hash", str), ("results", dict), ("result_columns", list), ("params", dict)):
+        if not isinstance(data.get(field), kind):
+            raise Malformed(path, field, f"{kind.__name__} expected, got {type(data.get(field)).__name__}")
+    columns = data["result_columns"]
+    if not all(isinstance(c, str) for c in columns) or "result" not in columns or "params" not in columns:
+        raise Malformed(path, "result_columns", "a list of names holding 'result' and 'params' expected")
+    if not isinstance(data.get("date"), (int, float)) or isinstance(data.get("date"), bool):
+        raise Malformed(path, "date", f"a number expected, got {type(data.get('date')).__name__}")
+    for name, row in data["results"].items():
+        where = f"results[{name!r}]"
+        if not isinstance(row, list) or len(row) > len(columns):
+            raise Malformed(path, where, f"a list of at most {len(columns)} columns expected")
+        entry = dict(zip(columns, row))
+        params = entry.get("params")
+        if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
+            raise Malformed(path, f"{where}.params", "a list of lists of parameter values expected")
+        for axis in params:
+            for value in axis:
+                try:
+                    ast.literal_eval(value)
+                except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                    raise Malformed(path, f"{where}.params", f"{str(value)[:60]!r} is not a Python literal") from None
+        result = entry.get("result")
+        combos = math.prod(len(axis) for axis in params)
+        if result is not None and (not isinstance(result, list) or len(result) != combos
+                                   or not all(v is None or isinstance(v, (int, float)) and not isinstance(v, bool)
+                                              for v in result)):
+            raise Malformed(path, f"{where}.result", f"a list of {combos} numbers or nulls expected")
+    try:
+        from asv import results as asv_results
+
+        asv_results.Results.load(str(path))
+    except ImportError:
+        pass
+    except Exception as exc:  # noqa: BLE001 (asv's loader: whatever it trips on is named)
+        raise Malformed(path, "(asv's loader)", f"{type(exc).__name__}: {exc}") from None
+
+
+def check_results_dir(results_dir: Path) -> None:
+    """check_results_file on every results file of every machine under results_dir."""
+    for machine in sorted(p.parent for p in Path(results_dir).glob("*/machine.json")):
+        for path in sorted(machine.glob("*.json")):
+            if path.name != "machine.json":
+                check_results_file(path)
 
 
 @dataclass
@@ -96,6 +172,7 @@ def load(results_dir: Path, machine: str, commit: str) -> dict:
     files = sorted((results_dir / machine).glob(f"{commit[:8]}-*.json"))
     if not files:
         raise NoResults(f"no results of {commit[:8]} on {machine} under {results_dir}")
+    check_results_file(files[0])
     try:
         res = asv_results.Results.load(str(files[0]), machine_name=machine)
         return {key: (res.benchmark_version.get(key), points(res, key)) for key in res.get_all_result_keys()
@@ -262,7 +339,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         f"{len(slower)} slower (worst x{worst:.3f})" if slower else "",
         f"{len(faster)} faster (best x{best:.3f})" if faster else "",
         f"{len(raw)} raw only" if raw else ""])) or "within the rule"
-    lines = [f"### verify-attn {a[:8]} → {b[:8]} on {machine}: **{verdict}** ({detail}, {len(rows)} points)", "",
+    lines = [f"### verify-attn {a[:8]} → {b[:8]} on {cell(machine)}: **{verdict}** ({detail}, {len(rows)} points)", "",
              f"A change counts when the drift-free ratio after/before passes {factor} (or 1/{factor}) and asv's "
              "Mann-Whitney test on the recorded samples says they differ (p < 0.002). Drift-free: each sample is "
              "the time over a frozen anchor build's, timed alternately in the same process (x anchor). Time is "
@@ -274,13 +351,13 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
                   "several %, so they are not judged.", ""]
     if cases:
         lines += [f"Named cases failing at {b[:8]}, so nothing of Quick was timed (tolerances: "
-                  f"verify_attn/accuracy.py): {', '.join(cases)}.", ""]
+                  f"verify_attn/accuracy.py): {', '.join(map(cell, cases))}.", ""]
     head = "| case | impl | before | after | x anchor | ratio | counts | x naive | % of peak | status |"
     sep = "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 
     def line(r: Row) -> str:
         ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" + (" (raw)" if r.change == "raw" else "")
-        return (f"| {r.case} | {r.impl} | {fmt_time(r.before)} | {fmt_time(r.after)} | "
+        return (f"| {cell(r.case)} | {cell(r.impl)} | {fmt_time(r.before)} | {fmt_time(r.after)} | "
                 f"{fmt_pair(r.anchor, lambda x: f'{x:.4f}')} | {ratio} | {'yes' if r.significant else 'no'} | "
                 f"{fmt_pair(r.speedup, lambda x: f'{x:.3g}x')} | {fmt_pair(r.peak, lambda x: f'{100 * x:.3g}%')} | "
                 f"{STATUS[r.change]}{'' if counts(r.impl) or not r.significant else ' (a peer: not counted)'} |")
@@ -294,7 +371,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
             if r.change == kind:
                 by_impl[r.impl] = by_impl.get(r.impl, 0) + 1
         if by_impl:
-            lines += ["", f"{what}: " + ", ".join(f"{impl} at {n} points" for impl, n in sorted(by_impl.items())) + "."]
+            lines += ["", f"{what}: " + ", ".join(f"{cell(impl)} at {n} points" for impl, n in sorted(by_impl.items())) + "."]
     for folded, what in ((raw, "raw only, not judged"), ([r for r in rows if r.change == "same"], "unchanged")):
         if folded and not only_changed:
             lines += ["", f"<details><summary>{len(folded)} {what}</summary>", "", head, sep, *map(line, folded), "",
@@ -309,7 +386,7 @@ def main(argv=None) -> int:
         return report(argv)
     except Refusal as exc:
         print(f"python -m verify_attn report: {exc}", file=sys.stderr)
-        return 3 if isinstance(exc, NoResults) else 2
+        return 3 if isinstance(exc, NoResults) else MALFORMED_EXIT if isinstance(exc, Malformed) else 2
 
 
 def report(argv) -> int:

@@ -5,13 +5,13 @@ own environment over this interpreter's torch (asv_plugins/reuse_env.py) with 15
 point. A machine the repository tracks (it has results/<machine>/) records there and
 publishes html/; any other machine records into .asv/local/ and publishes .asv/local/html,
 so a newcomer's run leaves the checkout's committed files alone (--track makes this machine
-a tracked one). asv shows a benchmark's output only when it ends, so the suite's own
+a tracked one). asv runs in a process group of its own: Ctrl-C or SIGTERM ends it with every
+benchmark process it started. asv shows a benchmark's output only when it ends, so the suite's own
 progress lines are followed meanwhile.
 """
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import threading
 import time
@@ -20,7 +20,11 @@ from verify_attn import build, suite
 from verify_attn.machine import asv_machine_name
 
 from . import ROOT, publish, tracked
+from .children import cleanup
 from .cli import Refusal, parser
+
+
+ASV = [sys.executable, "-m", "asv"]
 
 
 def register_machine(name: str) -> None:
@@ -70,8 +74,10 @@ def main(argv=None) -> int:
     threading.Thread(target=follow, args=(build.cache_dir() / "progress.log", stop), daemon=True).start()
     bench = [a for b in args.bench or [] for a in ("-b", b)]
     try:
-        status = subprocess.call([sys.executable, "-m", "asv", *config, "run", "--machine", machine,
-                                  "--record-samples", *bench, *args.range], cwd=ROOT)
+        # asv in a process group of its own: an interrupt ends it with its benchmark processes.
+        with cleanup() as kids:
+            status = kids.popen([*ASV, *config, "run", "--machine", machine, "--record-samples", *bench,
+                                 *args.range], cwd=ROOT).wait()
     finally:
         stop.set()
     if not args.no_publish:
