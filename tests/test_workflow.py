@@ -60,14 +60,17 @@ def test_pr_job_runs_quick_continuous_then_the_report_as_status():
     assert list(doc["on"]) == ["pull_request"]
     job = doc["jobs"]["quick"]
     assert job["runs-on"] == ["self-hosted", "gpu", "h200"]
-    assert checkout(job)["with"] == {"fetch-depth": 0, "persist-credentials": False}
+    assert job["if"] == "github.event.pull_request.head.repo.full_name == github.repository", "no fork's code"
+    assert checkout(job)["with"] == {"fetch-depth": 0, "persist-credentials": False, "clean": True}
     assert job["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
     assert job["env"]["HEAD_SHA"] == "${{ github.event.pull_request.head.sha }}"
     run = scripts(job)
     assert "source .ci/setup_env.sh" in run
-    assert re.search(r'asv continuous .*-f 1\.03 -b Quick "\$BASE_SHA" "\$HEAD_SHA"', run)
-    assert re.search(r'verify_attn report .*-b Quick --factor 1\.03 "\$BASE_SHA" "\$HEAD_SHA"', run)
-    assert re.search(r'verify_attn ab "\$BASE_SHA"', run) and 'git checkout -q --detach "$HEAD_SHA"' in run
+    assert "factor=${VERIFY_ATTN_FACTOR:-1.03}" in run, "1.03 unless CPU mode (tests/test_act.py) widens it"
+    assert "set +e -uo pipefail" in run, "shell: bash runs with -e: the exit codes are collected"
+    assert re.search(r'asv continuous .*-f "\$factor" -b Quick "\$BASE_SHA" "\$HEAD_SHA"', run)
+    assert re.search(r'verify_attn report .*-b Quick --factor "\$factor" "\$BASE_SHA" "\$HEAD_SHA"', run)
+    assert re.search(r'verify_attn ab \$\{VERIFY_ATTN_AB_FACTOR:\+-f "\$VERIFY_ATTN_AB_FACTOR"\} "\$BASE_SHA"', run) and 'git checkout -q --detach "$HEAD_SHA"' in run
     # The status: failed (2) over slower (1) over no results (3) over ok, run as the job runs it.
     rank = [line for line in run.splitlines() if line.strip().startswith(("rank()", '[ "$(rank'))]
     assert len(rank) == 2, rank
@@ -78,8 +81,45 @@ def test_pr_job_runs_quick_continuous_then_the_report_as_status():
     assert '>> "$GITHUB_STEP_SUMMARY"' in run
     assert run.rstrip().endswith('exit "$status"'), "the job's status is the worse of report and ab"
     comment = doc["jobs"]["comment"]
-    assert comment["needs"] == "quick" and comment["permissions"] == {"pull-requests": "write"}
+    assert comment["needs"] == "quick"
+    assert comment["permissions"] == {"contents": "read", "pull-requests": "write"}
     assert comment["runs-on"] == "ubuntu-latest", "the write token stays off the machine that ran the PR's code"
+    # The sanitizer is the base's (never the head's code), and the comment is what it wrote.
+    assert checkout(comment)["with"] == {"ref": "${{ github.event.pull_request.base.sha }}",
+                                         "persist-credentials": False}
+    assert "python3 verify_attn_tools/sanitize.py < report.md > safe.md" in scripts(comment)
+    script = next(s["with"]["script"] for s in steps(comment) if s.get("uses", "").startswith("actions/github-script@"))
+    assert "readFileSync('safe.md'" in script and "report.md" not in script
+
+
+def all_jobs():
+    for path in (PR, MAIN):
+        for name, job in load(path)["jobs"].items():
+            yield path.name, name, job
+
+
+def test_write_permissions_only_on_hosted_runners_and_no_persisted_credentials():
+    for path, name, job in all_jobs():
+        writes = [k for k, v in (job.get("permissions") or {}).items() if v == "write"]
+        if writes:
+            assert job["runs-on"] == "ubuntu-latest", (path, name, writes)
+        for step in steps(job):
+            if step.get("uses", "").startswith("actions/checkout@"):
+                assert step["with"]["persist-credentials"] is False, (path, name)
+
+
+def test_self_hosted_jobs_keep_their_caches_in_the_runner_temp_dir():
+    self_hosted = [(p, n, j) for p, n, j in all_jobs() if "self-hosted" in j["runs-on"]]
+    assert {(p, n) for p, n, _ in self_hosted} == {("gpu-pr.yml", "quick"), ("gpu-main.yml", "suite")}
+    for path, name, job in self_hosted:
+        assert checkout(job)["with"]["clean"] is True, "asv's environments (.asv/env) live in the workspace"
+        for step in steps(job):
+            if "run" in step:
+                env = step.get("env", {})
+                for var in ("HOME", "XDG_CACHE_HOME", "PIP_CACHE_DIR", "VERIFY_ATTN_CACHE"):
+                    assert env.get(var, "").startswith("${{ runner.temp }}/"), (path, name, var)
+                # The device is the runner's (CPU mode for act: tests/test_act.py), cuda by default.
+                assert '--device "${VERIFY_ATTN_DEVICE:-cuda}"' in step["run"], (path, name)
 
 
 def test_main_runs_the_suite_per_gpu_kind_commits_once_and_publishes_pages():
@@ -89,14 +129,28 @@ def test_main_runs_the_suite_per_gpu_kind_commits_once_and_publishes_pages():
     assert suite["strategy"]["matrix"]["gpu"] == ["h200", "rtx-pro-6000"]
     assert suite["runs-on"] == ["self-hosted", "gpu", "${{ matrix.gpu }}"]
     assert suite["permissions"] == {"contents": "read"}
-    assert checkout(suite)["with"] == {"fetch-depth": 0, "persist-credentials": False}
+    assert checkout(suite)["with"] == {"fetch-depth": 0, "persist-credentials": False, "clean": True}
     assert "-m verify_attn run" in scripts(suite)
+    upload = next(s for s in steps(suite) if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert upload["with"]["path"].splitlines() == [
+        "results/benchmarks.json", "results/${{ steps.run.outputs.machine }}/machine.json",
+        "results/${{ steps.run.outputs.machine }}/${{ steps.run.outputs.sha8 }}-*.json"], "this commit's file only"
     record = doc["jobs"]["record"]
     assert record["needs"] == "suite" and record["permissions"] == {"contents": "write"}
-    assert "git push" in scripts(record) and "-m verify_attn publish" in scripts(record)
+    assert record["runs-on"] == "ubuntu-latest"
+    run = scripts(record)
+    # The artifacts are checked (stdlib only: the hosted runner has no torch) before anything is committed.
+    check = run.index('python3 verify_attn_tools/artifacts.py --commit "$GITHUB_SHA" "${artifacts[@]}"')
+    assert check < run.index("cp -R") < run.index("git add results/") < run.index("push -q origin HEAD:main")
+    assert "set -euo pipefail" in run
+    site = doc["jobs"]["site"]
+    assert site["needs"] == "record" and site["permissions"] == {"contents": "read"}
+    assert checkout(site)["with"]["ref"] == "${{ needs.record.outputs.sha }}"
+    assert "-m verify_attn publish" in scripts(site)
     assert any(s.get("uses", "").startswith("actions/upload-pages-artifact@") and s["with"]["path"] == "html/"
-               for s in steps(record))
+               for s in steps(site))
     deploy = doc["jobs"]["deploy"]
+    assert deploy["needs"] == "site"
     assert deploy["permissions"] == {"pages": "write", "id-token": "write"}
     assert steps(deploy)[0]["uses"].startswith("actions/deploy-pages@")
 
