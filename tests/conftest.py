@@ -41,17 +41,26 @@ def git(repo, *args):
                    capture_output=True)
 
 
-def checkout_copy(tmp: Path, history: bool = False) -> tuple[Path, dict]:
-    """A one-commit git repository holding this checkout's tracked and new files (results/
-    and html/ only with history), and the environment for asv there: CPU, the tiny grid, a
-    private build cache and HOME."""
-    repo = tmp / "repo"
+def copy_files(dest: Path, history: bool = False) -> Path:
+    """This checkout's tracked and new files (the work tree as it is) copied to dest; results/
+    and html/ only with history, else benchmarks/accepted.json emptied too (it names commits of
+    the history a copy lacks)."""
     files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
     for f in files:
         if (history or not f.startswith(("results/", "html/"))) and (ROOT / f).is_file():
-            (repo / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, repo / f)
+            (dest / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, dest / f)
+    if not history:
+        (dest / "benchmarks" / "accepted.json").write_text("[]")
+    return dest
+
+
+def checkout_copy(tmp: Path, history: bool = False) -> tuple[Path, dict]:
+    """A one-commit git repository holding this checkout's tracked and new files (results/
+    and html/ only with history), and the environment for asv there: CPU, the tiny grid, a
+    private build cache and HOME."""
+    repo = copy_files(tmp / "repo", history)
     git(repo, "init", "-q", "-b", "main")
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "base")

@@ -16,10 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
+
+from conftest import copy_files
 
 ROOT = Path(__file__).resolve().parent.parent
 ACTIONS = ROOT / "tests" / "act_actions"
@@ -56,18 +57,7 @@ def scratch(tmp_path_factory):
     `feature` one commit on (`head`, a change of no measured file)."""
     tmp = tmp_path_factory.mktemp("act")
     seed = tmp / "seed"
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for f in files:
-        if not f.startswith(("results/", "html/")) and (ROOT / f).is_file():
-            (seed / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, seed / f)
-    sanitize = seed / "verify_attn_tools" / "sanitize.py"
-    if not sanitize.exists():
-        warnings.warn("verify_attn_tools/sanitize.py is missing: the scratch repository gets a pass-through stand-in")
-        sanitize.write_text("import sys\nsys.stdout.write(sys.stdin.read())\n")
-    # The repository's accepted steps name commits of its history, which this copy lacks.
-    (seed / "benchmarks" / "accepted.json").write_text("[]")
+    copy_files(seed)
     git(seed, "init", "-q", "-b", "main")
     git(seed, "add", "-A")
     git(seed, "commit", "-qm", "base")

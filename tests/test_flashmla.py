@@ -34,10 +34,12 @@ def test_without_the_checkout_every_consumer_skips_it_with_the_reason(no_checkou
 
 
 def test_check_prints_a_skip_line_with_the_reason(no_checkout, capsys):
-    assert check_main(["--device", "cpu", "--impl", "flashmla", "--case", "chain_1x16x17x1041"]) == 0
+    """The skip says why; with nothing else chosen nothing was checked, which fails."""
+    assert check_main(["--device", "cpu", "--impl", "flashmla", "--case", "chain_1x16x17x1041"]) == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if not line.startswith("#")]
-    assert len(lines) == 1 and lines[0].startswith("SKIP flashmla") and "chain_1x16x17x1041" in lines[0]
+    assert lines[0].startswith("SKIP flashmla") and "chain_1x16x17x1041" in lines[0]
     assert lines[0].endswith(f"({UNSET})")
+    assert len(lines) == 2 and lines[1].startswith("FAIL nothing checked")
 
 
 def _fake_checkout(root: Path) -> Path:

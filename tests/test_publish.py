@@ -24,6 +24,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
+from conftest import copy_files
 from verify_attn import machine
 from verify_attn_tools import assets, plots, publish
 
@@ -53,15 +54,7 @@ def published(tmp_path_factory):
     """asv run over two commits of a copy of the repository, then python -m verify_attn publish."""
     tmp = tmp_path_factory.mktemp("publish")
     repo = tmp / "repo"
-    # Tracked and not-yet-committed files alike: the test runs on the work tree as it is.
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
-    for f in files:
-        if not f.startswith(("results/", "html/")) and (ROOT / f).is_file():
-            (repo / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / f, repo / f)
-    # The repository's accepted steps name commits of its history, which this copy lacks.
-    (repo / "benchmarks" / "accepted.json").write_text("[]")
+    copy_files(repo)  # the work tree as it is
     env = dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_GRID="tiny",
                VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable)
     (tmp / "home").mkdir()

@@ -202,15 +202,17 @@ def publish(root: Path = ROOT, local: bool = False) -> int:
     except report.Malformed as exc:
         print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
         return report.MALFORMED_EXIT
+    if not local:  # a malformed benchmarks/accepted.json refuses before anything is written
+        try:
+            regressions.accepted_rules(root, asv_config(root)["branches"])
+        except regressions.AcceptedError as exc:
+            print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
+            return 1
     (root / ".asv").mkdir(exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix="publish-", dir=root / ".asv"))
     site = staging / "html"
     try:
-        try:
-            config = local_config(root, site) if local else tracked_config(root, site)
-        except regressions.AcceptedError as exc:
-            print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
-            return 1
+        config = local_config(root, site) if local else tracked_config(root, site)
         status = subprocess.call([sys.executable, "-m", "asv", "--config", str(config), "publish"], cwd=root)
         if not (site / "index.html").exists():
             return status or 1
