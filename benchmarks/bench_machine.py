@@ -25,3 +25,42 @@ class Machine:
         return self.peaks.bytes_per_s / 1e9
 
     track_peak_gbps.unit = "GB/s"
+
+
+class Gpu:
+    """The GPU's software and clocks at the time of the run (verify_attn.machine.gpu_details):
+    a step in every kernel's times beside a step here is the machine, not the code."""
+
+    version = "1"
+
+    def setup(self):
+        self.details = machine.gpu_details() if suite.device() == "cuda" else {}
+        if not self.details:
+            raise NotImplementedError("no GPU seen through NVML")
+
+    def track_driver_version(self):
+        return self.details["driver"]
+
+    def track_cuda_version(self):
+        return self.details["cuda"]
+
+    def track_sm_count(self):
+        return self.details["sms"]
+
+    def track_max_sm_clock(self):
+        return self.details["max_sm_clock_mhz"]
+
+    def track_max_mem_clock(self):
+        return self.details["max_mem_clock_mhz"]
+
+    def track_app_sm_clock(self):
+        return self.details["app_sm_clock_mhz"]
+
+    def track_power_limit(self):
+        return self.details["power_limit_w"]
+
+    track_driver_version.unit = "version"
+    track_cuda_version.unit = "version"
+    track_sm_count.unit = "SMs"
+    track_max_sm_clock.unit = track_max_mem_clock.unit = track_app_sm_clock.unit = "MHz"
+    track_power_limit.unit = "W"

@@ -19,6 +19,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "device.h"
 #include "verify_attn.h"
 
 namespace verify_attn {
@@ -33,8 +34,6 @@ constexpr int kRowChunks = kKeyDim * 2 / 16;      // 72 chunks of 16 bytes a cac
 constexpr int kMinSplitKeys = 512;                // a split shorter than this costs more to merge
 constexpr int kMaxSplits = 64;
 constexpr int kMergeThreads = kLatent / 4;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // Lane l owns latent chunks l and l + 32 (elements 8l..8l+7, 256+8l..256+8l+7) and rope
 // elements 2l, 2l+1: consecutive lanes read consecutive 16-byte words, no bank conflicts.
@@ -52,17 +51,6 @@ struct __align__(16) FlashSmem {
   float inv_l[kQTile];
   float lse[kQTile];
 };
-
-// max that returns NaN when either argument is NaN (fmaxf returns the other argument).
-__device__ __forceinline__ float nan_max(float a, float b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  float r;
-  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
-  return r;
-#else
-  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
-#endif
-}
 
 // A non-finite value read as 0 (bf16 pair packed in a word, either half).
 __device__ __forceinline__ float finite_or_zero(float x) { return fabsf(x) < INFINITY ? x : 0.f; }
@@ -82,15 +70,6 @@ __device__ __forceinline__ void load_lane_dims(const uint4* row, int lane, float
   const uint32_t r = reinterpret_cast<const uint32_t*>(row)[kLatent / 2 + lane];
   f[16] = bf_lo(r);
   f[17] = bf_hi(r);
-}
-
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
-               "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
 
 __device__ __forceinline__ float dot18(const float* k, const float4 (&q)[4], float2 r) {
@@ -176,8 +155,9 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int r = c / kRowChunks, col = c % kRowChunks;
       const bool valid = t0 + r < key_end;  // rows past the end are zero-filled
       const uint16_t* src = valid ? kv_row(p, b, t0 + r) + col * 8 : p.kv;
-      cp_async16(&sm.k[r][col], src, valid ? 16 : 0);
+      cp_async16(smem_u32(&sm.k[r][col]), src, valid ? 16 : 0);
     }
+    cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
 

@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include "device.h"
 #include "verify_attn.h"
 
 namespace verify_attn {
@@ -29,11 +30,6 @@ namespace {
 constexpr int kScoreThreads = 256;
 constexpr int kSoftmaxThreads = 256;
 constexpr int64_t kScoreBudget = int64_t(32) << 20;  // bytes of scores a chunk, at most (above 256 keys)
-
-// max that returns NaN when either argument is NaN (fmaxf returns the other argument).
-__device__ __forceinline__ float nan_max(float a, float b) {
-  return (a != a || b != b) ? __int_as_float(0x7fffffff) : fmaxf(a, b);
-}
 
 __device__ bool visible(const Params& p, int b, int prefix, int i, int t) {
   return t < prefix || (t < prefix + p.q_len && tree_visible(p.parent + b * p.q_len, i, t - prefix));
@@ -94,14 +90,14 @@ __device__ float block_reduce(float v, bool is_max) {
   __shared__ float partial[kSoftmaxThreads / 32];
   for (int o = 16; o > 0; o >>= 1) {
     float x = __shfl_xor_sync(0xffffffffu, v, o);
-    v = is_max ? nan_max(v, x) : v + x;
+    v = is_max ? nan_max_plain(v, x) : v + x;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // partial[] may still be read by a previous call
   if (lane == 0) partial[warp] = v;
   __syncthreads();
   v = partial[0];
-  for (int x = 1; x < kSoftmaxThreads / 32; ++x) v = is_max ? nan_max(v, partial[x]) : v + partial[x];
+  for (int x = 1; x < kSoftmaxThreads / 32; ++x) v = is_max ? nan_max_plain(v, partial[x]) : v + partial[x];
   return v;
 }
 
@@ -113,10 +109,10 @@ __global__ void __launch_bounds__(kSoftmaxThreads)
   const int n = min(chunk_keys, max(0, kv_len - chunk0));  // the chunk's columns this element uses
   float* s = w.scores + int64_t(row) * chunk_keys;
   float mx = -INFINITY;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) mx = nan_max(mx, s[c]);
+  for (int c = threadIdx.x; c < n; c += blockDim.x) mx = nan_max_plain(mx, s[c]);
   mx = block_reduce(mx, true);
   const float m_old = chunk0 == 0 ? -INFINITY : w.m[row];
-  const float m = nan_max(m_old, mx);  // -inf while nothing is visible, NaN once a NaN is seen
+  const float m = nan_max_plain(m_old, mx);  // -inf while nothing is visible, NaN once a NaN is seen
   float sum = 0.f;
   for (int c = threadIdx.x; c < n; c += blockDim.x) {
     const float e = s[c] == -INFINITY ? 0.f : expf(s[c] - m);  // masked: 0 (the sum skips it anyway)

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from verify_attn import anchor, cases
+from verify_attn import anchor, candidate, cases
 from verify_attn.measure import measure_case
 from verify_attn.timer import Timer
 
@@ -17,7 +17,11 @@ def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
     ns, note = anchor.load()
     assert ns == anchor.NS, note
     case = cases.grid_case(8, 9, 2048)
+    computed = []
+    reference_of = candidate.reference_of
+    monkeypatch.setattr(candidate, "reference_of", lambda inputs: computed.append(1) or reference_of(inputs))
     got = measure_case(case, ["naive", "flash", "torch", "tc"], Timer("cpu", samples=5, warmup_s=0.0), anchor_ns=ns)
+    assert len(computed) == 1  # one float64 reference for the point, its yardsticks' checks included
     for impl in ("naive", "flash"):
         r = got[impl]
         assert r.anchor_of == f"{impl}@{anchor.NS}" and len(r.anchor) == len(r.timing.samples) == 5

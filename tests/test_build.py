@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from verify_attn import build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,3 +64,50 @@ def test_library_key_covers_headers(tmp_path, monkeypatch):
     before = build.library_path()
     (kernels / "verify_attn.h").write_text((kernels / "verify_attn.h").read_text() + "\n")
     assert build.library_path() != before
+    (kernels / "common").mkdir()
+    (kernels / "common" / "merge.cuh").write_text("// a header in a subfolder\n")
+    in_subfolder = build.library_path()
+    assert in_subfolder != before and "common/merge.cuh" in build.spec().files()
+
+
+def test_a_cached_library_that_others_can_write_is_refused(tmp_path, monkeypatch):
+    """Loading a library runs its code: one in a folder or file that another user can write,
+    or a link, is refused with the path and the reason, never loaded."""
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERIFY_ATTN_CPU_ONLY", "1")
+    monkeypatch.setattr(build, "_loaded", None)
+    lib = build.library_path()
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"not a library")
+    os.chmod(lib, 0o666)
+    with pytest.raises(RuntimeError, match=r"refusing to load .*writable by other users"):
+        build.load()
+    os.chmod(lib, 0o644)
+    os.chmod(lib.parent, 0o777)
+    with pytest.raises(RuntimeError, match=r"refusing to load .*writable by other users"):
+        build.load()
+    os.chmod(lib.parent, 0o755)
+    target = tmp_path / "elsewhere.so"
+    lib.rename(target)
+    lib.symlink_to(target)
+    with pytest.raises(RuntimeError, match="symbolic link"):
+        build.load()
+    assert build._loaded is None
+
+
+def test_prebuild_builds_what_a_later_load_finds(tmp_path, monkeypatch):
+    """The suite's builders run in processes of their own; a load afterwards compiles nothing."""
+    from verify_attn import prebuild
+
+    cache = tmp_path / "cache"
+    for name, value in (("VERIFY_ATTN_CACHE", str(cache)), ("VERIFY_ATTN_CPU_ONLY", "1"), ("VERIFY_ATTN_ANCHOR", "off")):
+        monkeypatch.setenv(name, value)
+    env = dict(os.environ)
+    procs = prebuild.start()
+    assert len(procs) == 1  # the extension: no anchor (off), no FlashMLA on the CPU
+    assert procs[0].wait(timeout=600) == 0
+    assert build.library_path().exists()
+    assert prebuild.start() == []  # built: nothing to start
+    bad = subprocess.run([sys.executable, "-m", "verify_attn.prebuild", "everything"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "extension, anchor, flashmla" in bad.stderr

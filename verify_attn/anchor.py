@@ -27,7 +27,7 @@ import torch
 
 from . import build, registry, revision
 
-COMMIT = "411a33c1184253557e45273e6901b5d41764b3bf"
+COMMIT = "cbb6b5e66990d0c1653c3c193be72997f01fef48"
 NS = "va_anchor"
 ENV = "VERIFY_ATTN_ANCHOR"
 FALLBACK = "tc"  # the yardstick of an implementation the anchor does not build
@@ -51,6 +51,11 @@ def repository() -> Path | None:
     return None
 
 
+def library():
+    """The anchor's kernels as a build (verify_attn.revision) and the implementations it holds."""
+    return revision.library(repository(), commit(), NS)
+
+
 def load() -> tuple[str | None, str]:
     """Build (cached by content) and load the anchor's kernels once per process: (NS, its
     commit) or (None, why not)."""
@@ -63,11 +68,10 @@ def _load() -> tuple[str | None, str]:
     rev = commit()
     if rev == "off":
         return None, f"{ENV}=off"
-    repo = repository()
-    if repo is None:
+    if repository() is None:
         return None, "no git repository to take the anchor's kernels from"
     try:
-        lib, impls = revision.library(repo, rev, NS)
+        lib, impls = library()
     except revision.RevisionError as exc:
         return None, f"anchor {rev[:12]}: {exc}"
     build.load_library(lib)

@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import torch
@@ -50,6 +51,17 @@ def kernels_dir() -> Path:
 
 def cache_dir() -> Path:
     return Path(os.environ.get("VERIFY_ATTN_CACHE", Path.home() / ".cache" / "verify_attn"))
+
+
+HEADER_SUFFIXES = (".h", ".cuh", ".hpp", ".inl")
+
+
+def headers(root: Path | None = None) -> list[str]:
+    """Every header under kernels/ (subfolders too), as paths relative to it: all of them are
+    staged into each build and keyed, so a change to any one rebuilds."""
+    root = root or kernels_dir()
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
+                  if p.suffix in HEADER_SUFFIXES and p.is_file())
 
 
 def use_cuda() -> bool:
@@ -97,7 +109,7 @@ class Spec:
         """Every input of the build, headers included, by name."""
         src = kernels_dir()
         names = list(self.cpu_sources) + (list(self.kernel_sources) if self.cuda else [])
-        names += sorted(p.name for p in src.glob("*.h"))
+        names += headers(src)
         files = {name: (src / name).read_bytes() for name in names}
         files.update({name: text.encode() for name, text in self.generated.items()})
         return files
@@ -160,8 +172,10 @@ def _cuda_binding(impls, legacy: bool = False) -> str:
 
 
 @contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _locked(build: Path):
+    """Held while a build directory is in use: one builder each, several directories at once."""
+    path = build.with_suffix(".lock")
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -202,22 +216,49 @@ def load(verbose: bool = False) -> Path:
     if _loaded is not None:
         return _loaded
     lib = library_path()
-    if lib.exists():
-        torch.ops.load_library(str(lib))
-    else:
-        with _locked(cache_dir() / "lock"):
-            if lib.exists():
-                torch.ops.load_library(str(lib))
-            else:
+    if not lib.exists():
+        with _locked(_build_dir()):
+            if not lib.exists():
                 _compile(lib, verbose)
+                _loaded = lib
+                return lib  # ninja's build loaded it already
+    _load_trusted(lib)
     _loaded = lib
     return lib
+
+
+def _untrusted(path: Path) -> str | None:
+    """Why a cached library or its folder must not be loaded, or None: it must be a plain file
+    (no link) that only this user can write, in a folder that only this user can write. A
+    library built by another account (a pull request's runner user beside main's) is refused:
+    loading runs its code."""
+    for p in (path.parent, path):
+        st = os.lstat(p)
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p} is a symbolic link"
+        if st.st_uid != os.geteuid():
+            return f"{p} belongs to uid {st.st_uid}, not this user ({os.geteuid()})"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{p} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _load_trusted(lib: Path) -> None:
+    why = _untrusted(lib)
+    if why:
+        raise RuntimeError(f"refusing to load the cached library {lib}: {why}; point VERIFY_ATTN_CACHE at a "
+                           f"folder only this user can write (each CI job its own)")
+    torch.ops.load_library(str(lib))
+
+
+def _build_dir() -> Path:
+    return cache_dir() / "build" / _digest(json.dumps(target(), sort_keys=True).encode())
 
 
 def _compile(lib: Path, verbose: bool) -> None:
     tgt = target()
     cuda = tgt["cuda"] is not None
-    build = cache_dir() / "build" / _digest(json.dumps(tgt, sort_keys=True).encode())
+    build = _build_dir()
     files = spec(cuda).files()
     _ninja(NAME, build, files, [n for n in files if not n.endswith(".h")], CXX_FLAGS, CUDA_FLAGS, (),
            tgt["arch"] if cuda else None, verbose)
@@ -234,6 +275,7 @@ def _ninja(name: str, build: Path, files: dict[str, bytes], sources, cxx_flags, 
     src = build / "src"
     src.mkdir(parents=True, exist_ok=True)
     for fname, data in files.items():
+        (src / fname).parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(src / fname, data)
     _ensure_ninja_on_path()
     cuda = arch is not None
@@ -261,7 +303,7 @@ def _ninja(name: str, build: Path, files: dict[str, bytes], sources, cxx_flags, 
 
 
 def _publish(built: Path, lib: Path) -> None:
-    lib.parent.mkdir(parents=True, exist_ok=True)
+    lib.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = lib.with_suffix(".tmp")
     shutil.copyfile(built, tmp)
     os.replace(tmp, lib)  # complete or absent, never half-written
@@ -304,20 +346,19 @@ _libraries: dict[str, Path] = {}
 
 
 def load_library(library: Library, verbose: bool = False) -> Path:
-    """Build if needed (under the cache's lock) and load a ``Library`` into this process, once."""
+    """Build if needed (under its lock) and load a ``Library`` into this process, once."""
     lib = library.path()
     if _libraries.get(library.name) == lib:
         return lib
     if not lib.exists():
-        with _locked(cache_dir() / "lock"):
+        build = cache_dir() / "build" / f"{library.name}-{_digest(json.dumps(library.target(), sort_keys=True).encode())}"
+        with _locked(build):
             if not lib.exists():
-                build = cache_dir() / "build" / (
-                    f"{library.name}-{_digest(json.dumps(library.target(), sort_keys=True).encode())}")
                 _ninja(library.name, build, library.files, library.sources, library.cxx_flags,
                        library.cuda_flags, library.include_dirs, library.arch, verbose)
                 _publish(build / f"{library.name}.so", lib)
                 _libraries[library.name] = lib
                 return lib  # ninja's build loaded it already
-    torch.ops.load_library(str(lib))
+    _load_trusted(lib)
     _libraries[library.name] = lib
     return lib

@@ -7,7 +7,8 @@ pinned-path variants (tc_mma) are registry entries, so they are candidates like 
 
 ``check`` runs a candidate on poisoned outputs and measures it against the float64 reference
 (``reference_of``, computed once per inputs by the caller); ``outcomes`` does that for several
-candidates on one set of inputs, computing the reference only if one of them runs.
+candidates on one set of inputs, computing the reference only if one of them runs
+(``ReferenceOf``: once per inputs, however many calls check candidates on them).
 ``prepare`` gives the no-argument call the timer runs. The gate, the check verb, the suite,
 ``measure`` and ``ab`` all go through these.
 """
@@ -91,17 +92,29 @@ class Outcome:
         return self.candidate.name
 
 
-def outcomes(inputs, candidates) -> Iterator[Outcome]:
-    """Each candidate checked on these inputs; the reference is computed once, and only if one runs."""
-    ref = None
+class ReferenceOf:
+    """The float64 reference of one set of inputs, computed on first use and then kept."""
+
+    def __init__(self, inputs):
+        self.inputs = inputs
+        self._value = None
+
+    def get(self) -> tuple:
+        if self._value is None:
+            self._value = reference_of(self.inputs)
+        return self._value
+
+
+def outcomes(inputs, candidates, ref: ReferenceOf | None = None) -> Iterator[Outcome]:
+    """Each candidate checked on these inputs; the reference is computed once (or taken from
+    ref, shared with an earlier call on the same inputs), and only if one runs."""
+    ref = ref or ReferenceOf(inputs)
     for c in candidates:
         reason = c.skip_reason(inputs)
         if reason:
             yield Outcome(c, skipped=reason)
             continue
-        if ref is None:
-            ref = reference_of(inputs)
-        yield Outcome(c, check(c, inputs, ref))
+        yield Outcome(c, check(c, inputs, ref.get()))
 
 
 def prepare(c: Candidate, inputs) -> Callable[[], None]:

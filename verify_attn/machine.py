@@ -104,3 +104,32 @@ def asv_machine_name(device: str) -> str:
 
     return f"cpu-{platform.machine()}"
 
+
+
+def gpu_details(index: int = 0) -> dict[str, float]:
+    """What a GPU's timings depend on besides the code, as numbers asv can keep (NVML): the
+    driver (580.95.05 -> 580.95), the CUDA torch was built with, the SM count, the highest SM
+    and memory clocks, the application SM clock (what a locked clock would show) and the power
+    limit. Empty without NVML or a GPU."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no nvidia-ml-py, no driver
+        return {}
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        major, minor = (driver.split(".") + ["0"])[:2]
+        return {
+            "driver": float(f"{int(major)}.{int(minor)}"),
+            "cuda": float(torch.version.cuda) if torch.version.cuda else float("nan"),
+            "sms": float(torch.cuda.get_device_properties(index).multi_processor_count),
+            "max_sm_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM)),
+            "max_mem_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_MEM)),
+            "app_sm_clock_mhz": float(pynvml.nvmlDeviceGetApplicationsClock(h, pynvml.NVML_CLOCK_SM)),
+            "power_limit_w": pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000.0,
+        }
+    finally:
+        pynvml.nvmlShutdown()

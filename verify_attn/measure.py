@@ -76,7 +76,8 @@ def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0
     cost = cost_of(first)
     results = {impl: Result(impl, case.name, cost) for impl in impls}
     passing = {}
-    for o in outcomes(first, candidate.of(impls)):
+    ref = candidate.ReferenceOf(first)
+    for o in outcomes(first, candidate.of(impls), ref):
         r = results[o.candidate.impl]
         r.skipped, r.error = o.skipped, o.error
         if not o.skipped:
@@ -86,7 +87,7 @@ def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0
     yardsticks = {}
     if anchor_ns and passing:
         wanted = {yardstick(c.impl, anchor_ns) for c in passing} - {None}
-        for o in outcomes(first, [candidate.Candidate(i, anchor_ns) for i in sorted(wanted)]):
+        for o in outcomes(first, [candidate.Candidate(i, anchor_ns) for i in sorted(wanted)], ref):
             if o.error is not None and o.error.ok:
                 yardsticks[o.candidate.impl] = o.candidate
                 passing[o.candidate] = [prepare(o.candidate, s) for s in sets]

@@ -108,9 +108,9 @@ def report() -> dict:
     blocks_per_sm, occupancy}}}} for every CUDA source of the build."""
     spec = build.spec(cuda=True)
     src = build.kernels_dir()
-    files = [src / n for n in spec.kernel_sources] + sorted(src.glob("*.h"))
+    files = [src / n for n in spec.kernel_sources] + [src / n for n in build.headers(src)]
     key = hashlib.sha256(json.dumps(spec.cuda_flags).encode() +
-                         b"".join(f.name.encode() + f.read_bytes() for f in files)).hexdigest()[:20]
+                         b"".join(str(f.relative_to(src)).encode() + f.read_bytes() for f in files)).hexdigest()[:20]
     cached = build.cache_dir() / "resources" / f"{key}.json"
     if cached.exists():
         return json.loads(cached.read_text())

@@ -39,7 +39,7 @@ def renamed(source: bytes, ns: str) -> bytes:
 
 def library(repo: Path, rev: str, ns: str) -> tuple[build.Library, list[str]]:
     """rev's kernels/ as a library in namespace ns, and the implementations it holds."""
-    listed = set(git(repo, "ls-tree", "--name-only", f"{rev}:kernels").split())
+    listed = set(git(repo, "ls-tree", "-r", "--name-only", f"{rev}:kernels").split())
     if "binding.cpp" not in listed or "verify_attn.h" not in listed:
         raise RevisionError(f"{rev} has no kernels/binding.cpp: it predates the registry's op binding")
     legacy = b"kAnyPath" not in git(repo, "show", f"{rev}:kernels/verify_attn.h", text=False)
@@ -48,7 +48,7 @@ def library(repo: Path, rev: str, ns: str) -> tuple[build.Library, list[str]]:
              and all(s in listed for s in (*i.cpu_sources, *(i.cuda_sources if cuda else ())))
              and (cuda or i.cpu_sources)]
     spec = build.spec(cuda, impls, legacy)
-    names = [*spec.cpu_sources, *(spec.kernel_sources if cuda else ()), *(n for n in listed if n.endswith(".h"))]
+    names = [*spec.cpu_sources, *(spec.kernel_sources if cuda else ()), *sorted(n for n in listed if n.endswith(build.HEADER_SUFFIXES))]
     files = {n: renamed(git(repo, "show", f"{rev}:kernels/{n}", text=False), ns) for n in names}
     files.update({n: renamed(t.encode(), ns) for n, t in spec.generated.items()})
     define = (f"-Dverify_attn={ns}",)

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from . import anchor, build, candidate, cases, grid, parity, registry
+from . import anchor, build, candidate, cases, grid, parity, prebuild, registry
 from .machine import peaks
 from .measure import measure_case
 from .timer import Timer
@@ -57,12 +57,18 @@ def _entry(r, peak) -> dict:
     return entry
 
 
-def timer(cold: bool = False) -> Timer:
-    """15 samples a variant; 7 for a call over 20 ms (naive at long prefixes: 0.03-0.9 s a
-    call, most of a full run), still enough for asv's test (p = 0.0006 at 7 against 7)."""
+def timer(cold: bool = False, sample_s: float = 2e-3) -> Timer:
+    """15 samples a variant of at least sample_s each; 7 for a call over 20 ms (naive at long
+    prefixes: 0.03-0.9 s a call, most of a full run), still enough for asv's test (p = 0.0006
+    at 7 against 7)."""
     if device() == "cuda":
-        return Timer("cuda", samples=15, min_sample_s=2e-3, cold=cold, slow_call_s=0.02, slow_samples=7)
+        return Timer("cuda", samples=15, min_sample_s=sample_s, cold=cold, slow_call_s=0.02, slow_samples=7)
     return Timer("cpu", samples=7, min_sample_s=0.02, warmup_s=0.0)
+
+
+def needs(variant: str) -> tuple[str, ...]:
+    """The libraries a variant's measurement loads (verify_attn.prebuild)."""
+    return ("extension", "anchor") + (("flashmla",) if "flashmla" in impls(variant) else ())
 
 
 def anchored() -> str | None:
@@ -87,6 +93,7 @@ def progress(line: str) -> None:
 def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bool = True) -> dict:
     """Measure every point of the variant's selection at these head counts (None: all of the
     selection's); timed=False checks every point and times none."""
+    prebuild.start(needs(variant))
     sel = selection(variant)
     points = [pt for pt in sel.points() if heads is None or pt[0] in heads]
     heads = tuple(sorted({h for h, _, _ in points})) if heads is None else tuple(heads)
@@ -110,8 +117,14 @@ def measure_quick() -> dict:
     points, which are checked but not timed if any named case failed ("untimed" says why),
     so the subset's timings fail however fast the break made them."""
     dev = device()
+    prebuild.start(needs("quick"))
     t0 = time.perf_counter()
-    checked = list(parity.gate(dev, candidate.of(impls("quick"))))
+    checked, seen = [], None
+    for case, o in parity.gate(dev, candidate.of(impls("quick"))):
+        if case.name != seen:
+            seen = case.name
+            progress(f"[verify_attn] quick: named case {case.name} ({time.perf_counter() - t0:.0f} s)")
+        checked.append((case, o))
     named = {(case.name, o.impl): {"skipped": o.skipped} if o.error is None else {
         "skipped": "", "ok": o.error.ok, "reason": o.error.reason, "max_rel": o.error.max_rel} for case, o in checked}
     failed = parity.failures(checked)
@@ -122,9 +135,12 @@ def measure_quick() -> dict:
 
 def measure_serving() -> dict:
     """Measure every serving step of this device's selection, keyed (batch, heads, q_len, impl)."""
+    prebuild.start(needs("serving"))
     sel = selection("serving")
     peak = peaks(device())
-    tm = timer()
+    # A serving step takes 0.3-2 ms: samples of 1-3 calls left tc's pairs 1-3% apart from one
+    # machine start to the next; 10 ms samples average 5-30 calls.
+    tm = timer(sample_s=10e-3)
     out = {"device": device(), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (batch, heads, q_len) in enumerate(sel.points(), 1):

@@ -1,0 +1,76 @@
+"""Start the suite's builds together, each in a process of its own, before they are needed.
+
+A measurement needs up to three libraries: the checkout's extension, the anchor's kernels
+(verify_attn.anchor) and FlashMLA's decode (verify_attn.flashmla, about 100 s of one nvcc on
+a cold cache). Built where first loaded they run one after the other inside the first timed
+class; started here they run side by side, and beside the resource report's nvcc. Each
+builder holds its build directory's lock (verify_attn.build), so a measurement that needs a
+library before it is done waits for it and then loads it; a builder that fails leaves
+nothing behind, and the measurement's own load fails with the reason.
+
+The builders are children in this process group: whatever ends a run (``python -m
+verify_attn run`` ends its asv's group) ends them too.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+WHAT = ("extension", "anchor", "flashmla")
+
+
+def _pending(needs) -> list[str]:
+    """What of needs is not built yet (cheap: content keys only)."""
+    from . import anchor, build, flashmla
+
+    todo = []
+    if "extension" in needs and not build.library_path().exists():
+        todo.append("extension")
+    if "anchor" in needs and anchor.commit() != "off" and anchor.repository() is not None:
+        try:
+            if not anchor.library()[0].path().exists():
+                todo.append("anchor")
+        except Exception:  # an unknown revision: the measurement's load says why
+            pass
+    if ("flashmla" in needs and build.use_cuda() and flashmla.unavailable() is None
+            and not flashmla.library().path().exists()):
+        todo.append("flashmla")
+    return todo
+
+
+def start(needs=WHAT) -> list[subprocess.Popen]:
+    """Start a builder for each library of needs not built yet; returns them (not waited
+    for). Off with VERIFY_ATTN_PREBUILD=0."""
+    if os.environ.get("VERIFY_ATTN_PREBUILD") == "0":
+        return []
+    from . import build
+
+    log = build.cache_dir() / "prebuild.log"
+    log.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    procs = []
+    for what in _pending(needs):
+        with open(log, "a") as out:
+            procs.append(subprocess.Popen([sys.executable, "-m", "verify_attn.prebuild", what],
+                                          stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
+    return procs
+
+
+def main(what: str) -> int:
+    from . import anchor, build, flashmla
+
+    if what == "extension":
+        build.load()
+    elif what == "anchor":
+        anchor.load()
+    elif what == "flashmla":
+        flashmla.load()
+    else:
+        print(f"verify_attn.prebuild: what to build must be one of {', '.join(WHAT)}, got {what!r}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else ""))
