@@ -124,3 +124,14 @@ def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
         r = rows[("flash", f"h8 q9 p{p}")]
         assert r["status"] == "slower" and r["ratio"] > 1.2 and r["pairs"] >= 10, r
     assert proc.stdout.startswith(f"**verify-attn ab {result['base'][:8]} -> ")
+
+
+def test_the_table_reads_in_words_with_the_pairs_spread():
+    rows = [ab.Row("h64 q9 p65536", "tc", "slower", 1e-4, 1.018e-4, 1.018, 18, 20, 0.0004, iqr=(1.016, 1.020),
+                   clock_mhz=1980.0),
+            ab.Row("h64 q9 p2048", "flash", "faster", 1e-4, 0.758e-4, 0.758, 1, 20, 0.00004, iqr=(0.75, 0.76))]
+    text = ab.markdown(rows, "aaaaaaaa", "bbbbbbbb", "cuda", 1.01, [])
+    assert "slower (1 slower, worst tc at h64 q9 p65536 1.8% slower)" in text.splitlines()[0]
+    assert "| h64 q9 p65536 | tc | 0.1000 ms | 0.1018 ms | 1.8% slower | 0.4% | 18/20 |" in text
+    assert "| 1.32x faster | 1.3% |" in text and "x1.0" not in text
+    assert ab.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)

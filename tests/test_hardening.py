@@ -122,6 +122,11 @@ def test_publish_escapes_tags_and_benchmark_names(tmp_path, monkeypatch):
         "machines": {"m": {"machine": "m", "cpu": "<b onmouseover=alert(1)>x</b>"}}}
     monkeypatch.setattr(publish.subprocess, "call", fake_asv(index))
     shutil.copy(ROOT / "asv.conf.json", tmp_path)
+    recorded = tmp_path / "results" / "nvidia-h200"  # publish refuses to run before any results
+    recorded.mkdir(parents=True)
+    shutil.copy(ROOT / "results" / "benchmarks.json", tmp_path / "results")
+    for name in ("machine.json", "129ebaf7-reuse-py3.12.json"):
+        shutil.copy(ROOT / "results" / "nvidia-h200" / name, recorded)
     assert publish.publish(tmp_path) == 0
     text = (tmp_path / "html" / "index.json").read_text()
     assert "<" not in text and ">" not in text

@@ -89,8 +89,8 @@ def test_publish_draws_plots_and_links_them(published):
     assert naive["params"][-1][0] == "'flash'" and "1/speedup, lower is better" in naive["unit"]
     assert "1/fraction of peak" in benchmarks["bench_verify_attn.Heads8.track_time_vs_roofline"]["unit"]
 
-    index = html / "index.html"
-    assert index.read_text().count('href="plots/index.html"') == 1
+    index = html / "asv.html"  # asv's front page, moved aside for the landing page (index.html)
+    assert index.read_text().count('href="plots/index.html"') == 1 and 'href="index.html"' in index.read_text()
     assert not publish.inject_link(index)  # idempotent: a second pass adds nothing
     assert index.read_text().count('href="plots/index.html"') == 1
 
@@ -199,10 +199,10 @@ def test_vendored_assets_cover_asv(published):
 
     html = published / "html"
     pages = sorted(html.rglob("*.html"))
-    assert {"index.html", "error.html", "plots/index.html"} <= {p.relative_to(html).as_posix() for p in pages}
+    assert {"index.html", "asv.html", "error.html", "plots/index.html"} <= {p.relative_to(html).as_posix() for p in pages}
     for page in pages:
         assert assets.remote_urls(page.read_text()) == [], page
-    index = (html / "index.html").read_text()
+    index = (html / "asv.html").read_text()
     for url, entry in files.items():
         assert (html / "vendor" / entry["file"]).read_bytes() == (assets.HERE / entry["file"]).read_bytes()
         tag = next(t[0] for t in assets.TAG.finditer(index) if f'"vendor/{entry["file"]}"' in t[0])
@@ -233,9 +233,10 @@ def test_publish_vendors_and_refuses_unknown_urls(tmp_path, monkeypatch, capsys)
             '<a href="https://github.com/airspeed-velocity/asv/">asv</a></body></html>')
     monkeypatch.setattr(publish.subprocess, "call", fake_asv_publish(page))
     shutil.copy(ROOT / "asv.conf.json", tmp_path)
+    write_results(tmp_path / "results", "gpu", "a" * 40, 1000, {})
     assert publish.publish(tmp_path) == 0
     html = tmp_path / "html"
-    text = (html / "index.html").read_text()
+    text = (html / "asv.html").read_text()
     assert assets.remote_urls(text) == []  # links to other sites stay: they load nothing
     assert "https://github.com/airspeed-velocity/asv/" in text and "https://example.org/feed.xml" in text
     assert f'src="vendor/{entry[jquery]["file"]}" integrity="sha256-' in text  # the CDN's bytes: still checked
@@ -253,9 +254,21 @@ def test_publish_vendors_and_refuses_unknown_urls(tmp_path, monkeypatch, capsys)
     capsys.readouterr()
     assert publish.publish(tmp_path) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and unknown in err and err.startswith("python -m verify_attn publish: index.html loads")
+    assert err.count("\n") == 1 and unknown in err and err.startswith("python -m verify_attn publish: asv.html loads")
     with pytest.raises(assets.UnknownAsset, match="//cdn.example.org/x.css"):
         assets.vendor(_page(tmp_path / "other", '<link href="//cdn.example.org/x.css">'))
+
+
+def test_publish_before_any_run_says_run_first(tmp_path, monkeypatch, capsys):
+    """publish --local on a fresh clone: one line naming `python -m verify_attn run`, not asv's
+    own advice (asv run --bench just-discover), exit 3, nothing written, asv not even started."""
+    monkeypatch.setattr(publish.subprocess, "call", lambda *a, **k: pytest.fail("asv publish started"))
+    shutil.copy(ROOT / "asv.conf.json", tmp_path)
+    for local in (True, False):
+        assert publish.publish(tmp_path, local=local) == publish.NO_RESULTS_EXIT
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "python -m verify_attn run" in err and "just-discover" not in err, err
+    assert not (tmp_path / "html").exists() and not (tmp_path / ".asv" / "local" / "html").exists()
 
 
 def _page(html: Path, text: str) -> Path:
@@ -444,7 +457,7 @@ def test_site_renders_offline_in_chromium(site, tmp_path):
 
     # asv's front page: the summary grid filled in, the Plots link shown, a tile's graph drawn
     # (asv draws a tile once it is scrolled into view) with both commits in it.
-    browser.open(origin)
+    browser.open(origin + "asv.html")
     names = browser.wait_for("""(() => {
         const boxes = [...document.querySelectorAll('#summarygrid-display .benchmark-container')];
         const link = document.querySelector('#nav a[href="plots/index.html"]');
@@ -493,7 +506,7 @@ def test_site_renders_offline_in_chromium(site, tmp_path):
     assert_screenshot(browser.screenshot(tmp_path / "regressions.png"))
 
     # The link leads to the plots page, whose every image loads.
-    browser.open(origin)
+    browser.open(origin + "asv.html")
     browser.wait_for("document.querySelector('#nav-li-plots a') !== null")
     browser.evaluate("document.querySelector('#nav-li-plots a').click()")
     browser.wait_for("location.pathname === '/plots/index.html' && document.readyState === 'complete'")

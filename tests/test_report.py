@@ -77,7 +77,9 @@ def test_no_change_exits_0_and_folds_every_row(results, capsys):
     write(path, "nvidia-h200", b, BASE)
     assert run(path, a, b) == 0
     out = capsys.readouterr().out
-    assert "**no significant change**" in out and "<details><summary>6 unchanged</summary>" in out
+    assert "**no significant change**" in out.splitlines()[0]
+    assert "<details><summary>6 counted points unchanged</summary>" in out
+    assert re.search(r"\| \d\.\d% / \d\.\d% \| x anchor ", out), "the spread column: IQR / median, before / after"
     assert len(out.splitlines()) <= 60
 
 
@@ -86,9 +88,11 @@ def test_a_slowdown_exits_1_and_comes_first(results, capsys):
     write(path, "nvidia-h200", b, {**BASE, (65536, "tc"): 3.3e-4 * 1.05, (2048, "flash"): 2e-4 * 0.9})
     assert run(path, a, b, "--only-changed") == 1
     lines = capsys.readouterr().out.splitlines()
-    assert "**slower**" in lines[0] and re.search(r"worst x1\.0[45]\d", lines[0])
+    assert "**slower**" in lines[0] and re.search(r"1 slower, worst tc at Quick h64 q9 p65536 [45]\.\d% slower", lines[2])
+    assert re.search(r"1 faster, best flash at Quick h64 q9 p2048 1[01]\.\d% faster|1\.1\dx faster", lines[2])
     table = [l for l in lines if l.startswith("| Quick")]
-    assert table[0].startswith("| Quick h64 q9 p65536 | tc |") and "| yes |" in table[0] and "slower" in table[0]
+    assert table[0].startswith("| Quick h64 q9 p65536 | tc |") and "differ (Mann-Whitney" in table[0]
+    assert table[0].endswith("| **slower** |") and re.search(r"\| [45]\.\d% slower \|", table[0])
     assert "faster" in table[1] and len(table) == 2  # unchanged rows dropped
 
 
@@ -114,7 +118,7 @@ def test_a_failure_in_both_is_shown_but_not_the_verdict(results, capsys):
     write(path, "nvidia-h200", b, BASE, failed=[(65536, "flash")])
     assert run(path, a, b) == 0
     out = capsys.readouterr().out
-    assert "1 still failing" in out.splitlines()[0] and "| flash | failed | failed |" in out
+    assert "1 still failing" in out.splitlines()[2] and "| flash | failed | failed |" in out
 
 
 def test_a_failing_named_case_exits_2_and_is_named(results, capsys):
@@ -122,7 +126,7 @@ def test_a_failing_named_case_exits_2_and_is_named(results, capsys):
     write(path, "nvidia-h200", b, BASE, failed=COMBOS, failed_cases=[("ragged_3x16x9", "flash")])
     assert run(path, a, b, "-b", "Quick") == 2
     lines = capsys.readouterr().out.splitlines()
-    assert "**failed**" in lines[0] and "1 named case failed" in lines[0]
+    assert "**failed**" in lines[0] and "1 named case failed" in lines[2]
     assert any(l.startswith("Named cases failing") and "flash on ragged_3x16x9." in l for l in lines)
     assert run(path, a, b, "-b", "Quick", "--json") == 2
     assert json.loads(capsys.readouterr().out)["failed_cases"] == ["flash on ragged_3x16x9"]
@@ -134,7 +138,7 @@ def test_json_and_the_machine_that_has_both(results, capsys):
     write(path, "cpu-x86_64", a, BASE)  # another machine, with one of the two commits only
     assert run(path, a, b, "--json") == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["machine"] == "nvidia-h200" and data["exit"] == 0 and len(data["rows"]) == 6
+    assert data["machine"] == "nvidia-h200" and data["exit"] == 0 and len(data["rows"]) == 6 and data["rule"] == "asv"
     row = next(r for r in data["rows"] if r["impl"] == "tc" and "p65536" in r["case"])
     assert row["speedup"][0] == pytest.approx(0.13 / 3.3e-4, rel=1e-6)
 
@@ -145,7 +149,7 @@ def test_a_raw_drift_with_a_flat_anchor_series_exits_0(results, capsys):
     write(path, "nvidia-h200", b, {c: t * 1.05 for c, t in BASE.items()}, anchor=dict.fromkeys(COMBOS, 1.0))
     assert run(path, a, b) == 0
     out = capsys.readouterr().out
-    assert "**no significant change**" in out and "<details><summary>6 unchanged</summary>" in out
+    assert "**no significant change**" in out and "<details><summary>6 counted points unchanged</summary>" in out
     assert re.search(r"\| Quick h64 q9 p65536 \| tc \| 0\.3(?:29|3)\d* ms \| 0\.34[5-7]\d* ms \|", out)  # raw times beside
 
 
@@ -156,10 +160,10 @@ def test_an_anchor_series_slowdown_exits_1_whatever_the_raw_times(results, capsy
           anchor={**dict.fromkeys(COMBOS, 1.0), (65536, "tc"): 1.05})
     assert run(path, a, b, "--only-changed") == 1
     lines = capsys.readouterr().out.splitlines()
-    assert "**slower**" in lines[0] and "1 slower" in lines[0] and "faster" not in lines[0]
+    assert "**slower**" in lines[0] and "1 slower" in lines[2] and "faster" not in lines[2]
     table = [l for l in lines if l.startswith("| Quick")]
     assert len(table) == 1 and re.match(r"\| Quick h64 q9 p65536 \| tc \| 0\.3(?:29|3)\d* ms \| 0\.31[2-4]\d* ms \|", table[0])
-    assert re.search(r"\| 1\.0[45]\d \| yes \|", table[0])
+    assert re.search(r"\| [45]\.\d% slower \|", table[0]) and "differ (Mann-Whitney p < 0.002)" in table[0]
 
 
 @pytest.mark.parametrize("versions", [(None, None), (None, "0a1b2c3"), ("0a1b2c3", "4d5e6f7")],
@@ -174,8 +178,8 @@ def test_raw_only_rows_are_not_judged(results, capsys, versions):
     assert "**not judged: no drift-free series for both commits**" in out.splitlines()[0]
     assert "Raw only (not judged):" in out and "drift by several %" in out
     rows = [l for l in out.splitlines() if l.startswith("| Quick")]
-    assert len(rows) == 6 and all("| no |" in l and l.endswith("| raw only (not judged) |") for l in rows)
-    assert rows[0].startswith("| Quick h64 q9 p65536 | tc |") and re.search(r"\| 1\.0(59|60|61) \(raw\) \|", rows[0])
+    assert len(rows) == 6 and all("| raw times only |" in l and l.endswith("| raw only (not judged) |") for l in rows)
+    assert rows[0].startswith("| Quick h64 q9 p65536 | tc |") and re.search(r"\| (5\.9|6\.0|6\.1)% slower \(raw\) \|", rows[0])
     assert run(path, a, b, "--json") == 0
     assert {r["change"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"raw"}
 
@@ -232,3 +236,118 @@ def test_an_older_layout_is_labelled_by_its_own_parameters():
                                {"bench_verify_attn.Quick.track_time":
                                 {"param_names": ["heads", "q_len", "prefix_len", "impl"]}}, 3)
     assert report.label("Quick", names, ("9", "65536", "tc")) == ("Quick q9 p65536", "tc")
+
+
+# --- one comment, one verdict, one rule ----------------------------------------------------
+
+
+@pytest.mark.parametrize("ratio, words", [(0.758, "1.32x faster"), (1.018, "1.8% slower"), (0.95, "5.3% faster"),
+                                          (2.0, "2.00x slower"), (1.0002, "same"), (None, "-")])
+def test_change_words(ratio, words):
+    assert report.change_words(ratio) == words
+
+
+def ab_file(tmp_path, rows, exit=0, failed=(), name="ab.json"):
+    """What `python -m verify_attn ab BASE --json FILE` writes (its fields as ab.Row has them)."""
+    full = [{"point": point, "impl": impl, "status": status, "base_s": 1e-4, "head_s": 1e-4 * ratio, "ratio": ratio,
+             "slower": 18 if ratio > 1 else 2, "pairs": 20, "p": 0.0004, "reason": "", "iqr": [ratio - 0.002, ratio + 0.002],
+             "clock_mhz": 1980.0} for point, impl, status, ratio in rows]
+    path = tmp_path / name
+    path.write_text(json.dumps({"base": "x", "head": "y", "device": "cuda", "gpu": "NVIDIA H200", "factor": 1.01,
+                                "alpha": 0.01, "exit": exit, "failed": list(failed), "rows": full}))
+    return path
+
+
+AB_SAME = [(f"h64 q9 p{p}", i, "same", 1.001) for p in (2048, 65536) for i in ("naive", "flash", "tc")]
+
+
+def test_where_ab_ran_its_verdict_is_the_comments(results, capsys):
+    """asv's drift-free series reads tc 5% slower, the paired check reads it the same: ab's rule
+    decides (exit 0), asv's rows are folded, shown, not deciding."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE, anchor={**dict.fromkeys(COMBOS, 1.0), (65536, "tc"): 1.05})
+    assert run(path, a, b, "--ab", str(ab_file(path, AB_SAME))) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "**no significant change**" in lines[0] and "(6 counted points)" in lines[2]
+    assert "`kernels/` changed, so the paired check decides" in out and "sign test" in out
+    assert out.count("**no significant change**") == 1 and "verify-attn ab" not in out, "one verdict, one format"
+    assert "<details><summary>6 counted points unchanged (the paired check)</summary>" in out
+    assert "<details><summary>6 counted points, asv's recorded results (shown, not deciding here)</summary>" in out
+    assert "paired check 1980 MHz" in out and "the paired check ran on NVIDIA H200" in out
+
+
+def test_an_ab_slowdown_is_the_verdict_with_its_rows_first(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    rows = [r if r[:2] != ("h64 q9 p65536", "tc") else ("h64 q9 p65536", "tc", "slower", 1.018) for r in AB_SAME]
+    assert run(path, a, b, "--ab", str(ab_file(path, rows, exit=1))) == 1
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "**slower**" in lines[0] and "1 slower, worst tc at Quick h64 q9 p65536 1.8% slower" in lines[2]
+    first = next(l for l in lines if l.startswith("| Quick"))
+    assert first.startswith("| Quick h64 q9 p65536 | tc | 0.1 ms | 0.1018 ms | 1.8% slower | 0.4% | 18/20 pairs slower")
+    assert first.endswith("| **slower** |") and re.search(r"\| \d+x \| [\d.]+% \| \*\*slower", first)  # asv's x naive, % of peak
+    assert out.index(first) < out.index("<details>")
+
+
+def test_an_ab_refusal_or_failure_fails_the_comment(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    assert run(path, a, b, "--ab", str(ab_file(path, [], exit=2, failed=["tc on ragged_3x16x9"]))) == 2
+    out = capsys.readouterr().out
+    assert "**failed**" in out.splitlines()[0] and "tc on ragged_3x16x9" in out
+    (path / "bad.json").write_text('{"rows": 1}')
+    assert run(path, a, b, "--ab", str(path / "bad.json")) == 2
+    assert "not the JSON of `python -m verify_attn ab --json`" in capsys.readouterr().err
+
+
+def test_counted_rows_come_before_the_peers(results, capsys, monkeypatch):
+    """A peer that moved most still comes after every counted row, folded below them."""
+    import dataclasses
+
+    from verify_attn import registry
+
+    path, a, b = results
+    monkeypatch.setitem(registry.IMPLS, "naive", dataclasses.replace(registry.IMPLS["naive"], under_test=False))
+    write(path, "nvidia-h200", b, BASE, anchor={**dict.fromkeys(COMBOS, 1.0), (65536, "naive"): 1.5,
+                                                (2048, "tc"): 1.05})
+    assert run(path, a, b) == 1
+    out = capsys.readouterr().out
+    table = [l for l in out.splitlines() if l.startswith("| Quick")]
+    assert table[0].startswith("| Quick h64 q9 p2048 | tc |")
+    peers = out.index("peers (naive): shown, never counted")
+    assert all(out.index(l) > peers for l in table if "| naive |" in l)
+    assert all(out.index(l) < peers for l in table if "| naive |" not in l)
+
+
+def test_links_and_the_gpu_line(results, capsys, monkeypatch):
+    """Commit links and the asv graph of a moved point (bare URLs: they survive the sanitizer)."""
+    from verify_attn_tools.sanitize import sanitize
+
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE, anchor={**dict.fromkeys(COMBOS, 1.0), (65536, "tc"): 1.05})
+    monkeypatch.setenv("VERIFY_ATTN_COMMIT_URL", "https://github.com/o/r/commit/")
+    monkeypatch.setenv("VERIFY_ATTN_SITE_URL", "https://o.github.io/r/")
+    assert run(path, a, b) == 1
+    out = capsys.readouterr().out
+    assert f"before {a[:8]} https://github.com/o/r/commit/{a}, after {b[:8]} https://github.com/o/r/commit/{b}" in out
+    graph = ("https://o.github.io/r/#bench_verify_attn.Quick.track_time_vs_anchor?machine=nvidia-h200&p-heads=64"
+             "&p-q_len=9&p-prefix_len=65536&p-impl=%27tc%27")
+    assert f"tc at Quick h64 q9 p65536: {graph}" in out
+    assert graph in sanitize(out) and f"https://github.com/o/r/commit/{a}" in sanitize(out)
+    assert "**GPU:** nvidia-h200" in out and "SM clock not recorded" in out
+    monkeypatch.setenv("VERIFY_ATTN_COMMIT_URL", "")
+    monkeypatch.setenv("VERIFY_ATTN_SITE_URL", "")
+    assert run(path, a, b) == 1
+    assert "https://" not in capsys.readouterr().out
+
+
+def test_names_from_result_files_and_ab_rows_are_escaped(results, capsys):
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    rows = [("h64 q9 p65536", "@team <img src=x> [l](http://e)", "slower", 1.5)]
+    assert run(path, a, b, "--ab", str(ab_file(path, rows, exit=1))) == 1
+    out = capsys.readouterr().out
+    assert "<img" not in out and "[l]" not in out and "@team" not in out
+    assert "@\u200dteam &lt;img src=x&gt; &#91;l&#93;(http://e)" in out

@@ -69,8 +69,16 @@ def test_pr_job_runs_quick_continuous_then_the_report_as_status():
     assert "factor=${VERIFY_ATTN_FACTOR:-1.03}" in run, "1.03 unless CPU mode (tests/test_act.py) widens it"
     assert "set +e -uo pipefail" in run, "shell: bash runs with -e: the exit codes are collected"
     assert re.search(r'asv continuous .*-f "\$factor" -b Quick "\$BASE_SHA" "\$HEAD_SHA"', run)
-    assert re.search(r'verify_attn report .*-b Quick --factor "\$factor" "\$BASE_SHA" "\$HEAD_SHA"', run)
-    assert re.search(r'verify_attn ab \$\{VERIFY_ATTN_AB_FACTOR:\+-f "\$VERIFY_ATTN_AB_FACTOR"\} "\$BASE_SHA"', run) and 'git checkout -q --detach "$HEAD_SHA"' in run
+    # One comment, one verdict: ab runs where kernels/ changed (in the head's own checkout) and
+    # report composes the comment from asv's results and ab's rows (README "CI on GPU runners").
+    assert re.search(r'verify_attn report .*-b Quick --factor "\$factor" \$\{ab_json:\+--ab "\$ab_json"\} \\\n\s*'
+                     r'"\$BASE_SHA" "\$HEAD_SHA" > pr-report/report\.md', run)
+    assert re.search(r'verify_attn ab \$\{VERIFY_ATTN_AB_FACTOR:\+-f "\$VERIFY_ATTN_AB_FACTOR"\} "\$BASE_SHA" --json pr-report/ab\.json', run)
+    assert 'if ! git diff --quiet "$BASE_SHA" "$HEAD_SHA" -- kernels; then' in run
+    assert run.index("git diff --quiet") < run.index('git checkout -q --detach "$HEAD_SHA"') < run.index("verify_attn ab ")
+    assert run.index("verify_attn ab ") < run.index('git checkout -q --detach "$merge"') < run.index("verify_attn report")
+    assert "cat pr-report/ab.md >> pr-report/report.md" in run.split("if [ ! -s pr-report/report.md ]")[1], \
+        "ab's table joins the comment only where report wrote none"
     # The status: failed (2) over slower (1) over no results (3) over ok, run as the job runs it.
     rank = [line for line in run.splitlines() if line.strip().startswith(("rank()", '[ "$(rank'))]
     assert len(rank) == 2, rank

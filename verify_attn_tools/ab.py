@@ -17,7 +17,8 @@ p < 0.01: 17 of 20 pairs, 10 of 10), "faster" the other way round. Before timing
 checkout's kernels must pass every named case (verify_attn.parity, the Quick gate), and
 both sides each timed point, against the float64 reference.
 Exit 2 when the checkout fails a check (nothing is timed) or nothing could be timed (no kernel
-runs on this device: one line says why), 1 when a kernel got slower, 0 otherwise; a markdown table on stdout (a pull request's comment), --json for the rows.
+runs on this device: one line says why), 1 when a kernel got slower, 0 otherwise; a markdown table on stdout (the job's log), --json for
+the rows, which `python -m verify_attn report --ab FILE` makes the pull request's one verdict.
 
 The base is built with this checkout's registry and binding generator (verify_attn.revision):
 a kernel or path variant the base does not have is checked on the head's side and shown as
@@ -80,6 +81,8 @@ class Row:
     pairs: int = 0
     p: float | None = None         # sign test
     reason: str = ""
+    iqr: tuple | None = None       # (first, third) quartile of the pairs' head/base ratios: the spread
+    clock_mhz: float | None = None # median SM clock over the pairs' samples (None: not read, a CPU)
 
 
 def judge(base: list[float], head: list[float], factor: float, alpha: float = ALPHA) -> tuple[str, float, int, float]:
@@ -93,6 +96,11 @@ def judge(base: list[float], head: list[float], factor: float, alpha: float = AL
     if p < alpha and ratio < 1 / factor and slower < len(ratios) / 2:
         return "faster", ratio, slower, p
     return "same", ratio, slower, p
+
+
+def quartiles(values: list[float]) -> tuple[float, float]:
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q3
 
 
 def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor: float, pairs: int,
@@ -129,35 +137,48 @@ def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor:
         b = one["base"].samples + two["base"].samples
         h = one["head"].samples + two["head"].samples
         status, ratio, slower, p = judge(b, h, factor)
-        rows.append(Row(point, head.impl, status, statistics.median(b), statistics.median(h), ratio, slower, len(b), p))
+        clocks = [t.sm_clock_mhz for t in (*one.values(), *two.values()) if t.sm_clock_mhz]
+        rows.append(Row(point, head.impl, status, statistics.median(b), statistics.median(h), ratio, slower, len(b), p,
+                        iqr=quartiles([y / x for x, y in zip(b, h)]),
+                        clock_mhz=statistics.median(clocks) if clocks else None))
     del ref
     return rows
 
 
 def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, failed: list[str]) -> str:
+    """The check's own table (its log; the pull request's comment is report's, from --json): the
+    wording and columns of report's."""
+    from .report import change_words
+
     slower = [r for r in rows if r.status == "slower"]
+    faster = [r for r in rows if r.status == "faster"]
     if failed or any(r.status == "failed" for r in rows):
         verdict = "failed"
     elif slower:
-        worst = max(r.ratio for r in slower)
-        verdict = f"slower ({len(slower)} slower, worst x{worst:.3f})"
+        worst = max(slower, key=lambda r: r.ratio)
+        verdict = f"slower ({len(slower)} slower, worst {worst.impl} at {worst.point} {change_words(worst.ratio)})"
+    elif faster:
+        best = min(faster, key=lambda r: r.ratio)
+        verdict = f"faster ({len(faster)} faster, best {best.impl} at {best.point} {change_words(best.ratio)})"
     else:
-        faster = [r for r in rows if r.status == "faster"]
-        verdict = (f"faster ({len(faster)} faster, best x{min(r.ratio for r in faster):.3f})" if faster
-                   else "no change")
+        verdict = "no change"
     lines = [f"**verify-attn ab {base} -> {head} on {device}: {verdict}**", "",
-             f"Paired in one process (base and head in turn, same inputs); ratio = median of the pairs' "
-             f"head/base time; slower/faster beyond x{factor:g} with the sign test at p < {ALPHA:g}.", ""]
+             f"Paired in one process (base and head in turn, same inputs); change = median of the pairs' "
+             f"head/base time; slower/faster beyond {factor:g} with the sign test at p < {ALPHA:g}; spread = the "
+             f"interquartile range of the pairs' ratios over their median.", ""]
     if failed:
         lines += ["Nothing timed: the checkout fails named cases:", *(f"- {cell(f)}" for f in failed), ""]
     order = {"failed": 0, "slower": 1, "base failed": 2, "new": 3, "faster": 4, "same": 5}
-    lines += ["| point | impl | base ms | head ms | ratio | slower pairs | p | |", "|---|---|---:|---:|---:|---:|---:|---|"]
+    lines += ["| point | impl | base | head | change | spread | slower pairs | p | status |",
+              "|---|---|---:|---:|---|---:|---:|---:|---|"]
     for r in sorted(rows, key=lambda r: (order[r.status], r.point, r.impl)):
         if r.ratio is None:
-            lines.append(f"| {cell(r.point)} | {cell(r.impl)} | | | | | | {r.status}: {cell(r.reason)} |")
+            lines.append(f"| {cell(r.point)} | {cell(r.impl)} | | | | | | | {r.status}: {cell(r.reason)} |")
             continue
-        lines.append(f"| {cell(r.point)} | {cell(r.impl)} | {r.base_s * 1e3:.4f} | {r.head_s * 1e3:.4f} | {r.ratio:.4f} | "
-                     f"{r.slower}/{r.pairs} | {r.p:.2g} | {'' if r.status == 'same' else r.status} |")
+        spread = f"{100 * (r.iqr[1] - r.iqr[0]) / r.ratio:.1f}%" if r.iqr else "-"
+        lines.append(f"| {cell(r.point)} | {cell(r.impl)} | {r.base_s * 1e3:.4f} ms | {r.head_s * 1e3:.4f} ms | "
+                     f"{change_words(r.ratio)} | {spread} | {r.slower}/{r.pairs} | {r.p:.2g} | "
+                     f"{'ok' if r.status == 'same' else r.status} |")
     return "\n".join(lines)
 
 
@@ -223,7 +244,12 @@ def run(args) -> int:
               f"{', '.join(impls)})", file=sys.stderr)
         code = 2
     if args.json:
-        args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "factor": args.factor,
+        gpu = None
+        if dev == "cuda":
+            import torch
+
+            gpu = torch.cuda.get_device_name()
+        args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code

@@ -31,7 +31,15 @@ MAX_FILES = 64
 
 
 class Refused(Exception):
-    """One line: the file and what is wrong with it."""
+    """One line: the file and what is wrong with it (field: the part of the file, where one is to blame)."""
+
+    def __init__(self, message: str, field: str | None = None, why: str | None = None):
+        super().__init__(message)
+        self.field, self.why = field, why
+
+
+def _shape(rel: str, field: str, why: str) -> Refused:
+    return Refused(f"{rel}: {field} {why}", field, why)
 
 
 def load(path: Path, rel: str):
@@ -42,20 +50,33 @@ def load(path: Path, rel: str):
         raise Refused(f"{rel}: not valid JSON ({str(exc).splitlines()[0][:120]})") from None
 
 
-def check_result(path: Path, rel: str, machine: str, sha8: str, env: str, commit: str | None) -> None:
-    doc = load(path, rel)
+def check_shape(doc, rel: str) -> None:
+    """asv's result-file shape: an object of exactly its eleven keys and their types, result_columns
+    names, each result a list of at most that many columns. Shared with report.check_results_file
+    (which adds the parameter literals and asv's own loader); raises Refused naming the field."""
     if not isinstance(doc, dict):
-        raise Refused(f"{rel}: not a JSON object")
+        raise _shape(rel, "(top level)", f"is {type(doc).__name__}, not a JSON object")
     missing = sorted(set(RESULT_KEYS) - set(doc))
     if missing:
-        raise Refused(f"{rel}: missing key(s) {', '.join(missing)}")
+        raise Refused(f"{rel}: missing key(s) {', '.join(missing)}", missing[0], "missing")
     extra = sorted(set(doc) - set(RESULT_KEYS))
     if extra:
-        raise Refused(f"{rel}: unexpected key(s) {', '.join(extra[:5])}")
+        raise Refused(f"{rel}: unexpected key(s) {', '.join(extra[:5])}", extra[0], "not a key of asv's results")
     for key, kind in RESULT_KEYS.items():
         value = doc[key]
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise Refused(f"{rel}: {key} is {type(value).__name__}, not {kind.__name__}")
+            raise _shape(rel, key, f"is {type(value).__name__}, not {kind.__name__}")
+    if not all(isinstance(c, str) for c in doc["result_columns"]):
+        raise _shape(rel, "result_columns", "holds a non-string")
+    width = len(doc["result_columns"])
+    for name, row in doc["results"].items():
+        if not isinstance(row, list) or len(row) > width:
+            raise _shape(rel, f"results[{name[:80]!r}]", f"is not a list of at most {width} columns")
+
+
+def check_result(path: Path, rel: str, machine: str, sha8: str, env: str, commit: str | None) -> None:
+    doc = load(path, rel)
+    check_shape(doc, rel)
     if not re.fullmatch(r"[0-9a-f]{40}", doc["commit_hash"]):
         raise Refused(f"{rel}: commit_hash {doc['commit_hash'][:60]!r} is not a 40-digit sha")
     if not doc["commit_hash"].startswith(sha8):
@@ -66,12 +87,6 @@ def check_result(path: Path, rel: str, machine: str, sha8: str, env: str, commit
         raise Refused(f"{rel}: env_name {doc['env_name'][:60]!r} does not match the file name")
     if doc["params"].get("machine") != machine:
         raise Refused(f"{rel}: params.machine {str(doc['params'].get('machine'))[:60]!r} is not the folder {machine!r}")
-    if not all(isinstance(c, str) for c in doc["result_columns"]):
-        raise Refused(f"{rel}: result_columns holds a non-string")
-    width = len(doc["result_columns"])
-    for name, row in doc["results"].items():
-        if not isinstance(row, list) or len(row) > width:
-            raise Refused(f"{rel}: results[{name[:80]!r}] is not a list of at most {width} columns")
 
 
 def check_machine(path: Path, rel: str, machine: str) -> None:

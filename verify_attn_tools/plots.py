@@ -28,7 +28,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from asv import results as asv_results  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import FuncFormatter, LogFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 from verify_attn import grid, registry  # noqa: E402
 
 log = logging.getLogger("verify_attn.plots")
@@ -37,23 +37,66 @@ BENCH = "bench_verify_attn"
 # The full grids, whose head count is in the name. Quick is a few points a head count, ColdL2
 # another cache state: neither is mixed into the per-heads plots.
 HEADS = {f"Heads{h}": h for h in grid.HEADS}
-HEADS_MARKERS = "os^Dvp"
-HISTORY_MARKERS = "os^Dv"  # one an implementation in the history plot
 # Pull requests run only Quick, which measures the headline points on a GPU, so it fills in
 # for the full grid's class at the headline's head count.
 HEADLINE_SOURCES = (f"Heads{grid.HEADLINE['heads']}", "Quick")
 
 
-def style(impl: str) -> str:
-    """Line style: dotted for the baseline, solid for the kernels under test, dashed for peers."""
-    entry = registry.IMPLS.get(impl)
-    if entry is None or not entry.under_test:
-        return "--"
-    return ":" if entry.baseline else "-"
+REFERENCE = "flashmla"  # the line to beat: black, thick, dashed, stars, on every plot where it ran
+LINESTYLES = [":", "--", "-", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2, 1, 2))]
+MARKERS = "osD^vPX<>h"
 
 
-def marker(heads: int) -> str:
-    return HEADS_MARKERS[sorted(HEADS.values()).index(heads) % len(HEADS_MARKERS)] if heads in HEADS.values() else "x"
+def impl_style(impl: str) -> dict:
+    """One style per implementation, the same in every plot: its registry colour, a line style
+    and a marker of its own (by registry position; FlashMLA the black reference line)."""
+    if impl == REFERENCE:
+        return {"color": "k", "ls": "--", "marker": "*", "lw": 2.5, "ms": 9, "zorder": 5}
+    known = [i for i in registry.IMPLS if i != REFERENCE]
+    k = known.index(impl) if impl in known else len(known) + sum(map(ord, impl)) % len(MARKERS)
+    return {"color": registry.color(impl), "ls": LINESTYLES[k % len(LINESTYLES)], "marker": MARKERS[k % len(MARKERS)],
+            "lw": 1.5, "ms": 5}
+
+
+def handle(impl: str, label: str | None = None) -> Line2D:
+    return Line2D([], [], label=label or (f"{impl} (reference)" if impl == REFERENCE else impl), **impl_style(impl))
+
+
+def plain(v: float) -> str:
+    """A tick value as a plain decimal: 0.05, 2, 300 (never 5e-02 or 10^2)."""
+    return np.format_float_positional(float(v), precision=3, fractional=False, trim="-")
+
+
+SPEEDUP_TICKS = FuncFormatter(lambda v, _: f"{plain(v)}x")
+PERCENT_TICKS = FuncFormatter(lambda v, _: f"{plain(100 * v)}%")  # of a fraction: 0.25 -> 25%
+PLAIN_TICKS = FuncFormatter(lambda v, _: plain(v))
+
+
+def log_ticks(axis, formatter, lo: float, hi: float) -> None:
+    """Labelled major ticks at 1-2-5 (1 on a long range), unlabelled minor ones: one format,
+    no overlapping labels."""
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= 3 else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=12 if decades <= 8 else 8))
+    axis.set_major_formatter(formatter)
+    axis.set_minor_formatter(NullFormatter())
+
+
+def data_range(axes, axis: str = "y") -> tuple[float, float]:
+    values = [v for ax in np.ravel(axes) for line in ax.get_lines() + ax.collections
+              for v in (np.ravel(line.get_ydata() if axis == "y" else line.get_xdata()) if isinstance(line, Line2D)
+                        else np.ravel(line.get_offsets()[:, 1 if axis == "y" else 0]))
+              if np.isfinite(v) and v > 0]
+    return (min(values), max(values)) if values else (1.0, 10.0)
+
+
+def prefix_label(p: int) -> str:
+    return f"{p // 1024}K" if p >= 1024 and p % 1024 == 0 else str(p)
+
+
+def legend_outside(fig, handles) -> None:
+    """The legend right of every panel (a constrained layout makes room), never over data."""
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8)
 
 
 def ordered(impls) -> list[str]:
@@ -154,10 +197,26 @@ def latest(runs: list[Run], cls: str, metric: str):
     return None
 
 
+HEADS_SIZES = (18, 36, 72)  # marker area by head count in the roofline (the marker is the implementation's)
+
+
 def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: str = "") -> None:
-    """Achieved TFLOP/s against arithmetic intensity (log-log) under the machine's ceilings."""
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    xs = []
+    """Achieved TFLOP/s against arithmetic intensity (log-log) under the machine's ceilings; the
+    FlashMLA reference from the newest Chain run that timed it."""
+    fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
+    xs, drawn = [], []
+    heads_order = sorted(HEADS.values())
+
+    def scatter(pts, impl, heads):
+        x = [f / b for (f, b), _ in pts]
+        xs.extend(x)
+        st = impl_style(impl)
+        ax.scatter(x, [f / t / 1e12 for (f, _), t in pts], color=st["color"], marker=st["marker"],
+                   s=HEADS_SIZES[heads_order.index(heads) % 3] if heads in heads_order else 36, alpha=0.85,
+                   edgecolors="k" if impl == REFERENCE else "none", zorder=st.get("zorder", 2))
+        if impl not in drawn:
+            drawn.append(impl)
+
     for cls, heads in HEADS.items():
         found = latest(runs, cls, "track_time")
         if not found:
@@ -165,149 +224,188 @@ def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: s
         run, times = found
         for impl in ordered(i for _, _, i in times):
             pts = [(point_cost(run, cls, heads, key), t) for key, t in sorted(times.items()) if key[2] == impl and t > 0]
-            if not pts:
-                continue
-            x = [f / b for (f, b), _ in pts]
-            xs += x
-            ax.scatter(x, [f / t / 1e12 for (f, _), t in pts], color=registry.color(impl), marker=marker(heads),
-                       label=f"{impl}, {heads} heads @{run.commit[:8]}", alpha=0.85)
+            if pts:
+                scatter(pts, impl, heads)
     if not xs:
         plt.close(fig)
         raise Skip("no track_time results of Heads8/16/64")
-    note = ""
+    for run in reversed(runs):  # FlashMLA, where it ran: Chain only
+        chain, flops = run.grid("Chain", "track_time"), run.grid("Chain", "track_flops")
+        bytes_ = run.grid("Chain", "track_bytes")
+        pts = {h: [((flops[k], bytes_.get(k) or modelled_cost(h, q, p)[1]), t) for k, t in chain.items()
+                   for (h2, q, p, i) in [k] if i == REFERENCE and h2 == h and t > 0 and flops.get(k)]
+               for h in heads_order}
+        if any(pts.values()):
+            for h, hp in pts.items():
+                if hp:
+                    scatter(hp, REFERENCE, h)
+            break
+    handles = [handle(i) for i in ordered(drawn)]
+    handles = [Line2D([], [], color=h.get_color(), marker=h.get_marker(), ls="", label=h.get_label(),
+                      markeredgecolor="k" if h.get_label().startswith(REFERENCE) else h.get_color()) for h in handles]
+    handles += [Line2D([], [], color="0.4", marker="o", ls="", ms=math.sqrt(s), label=f"{h} heads")
+                for h, s in zip(heads_order, HEADS_SIZES)]
     if ceil:
         # The roof: bandwidth-bound left of the ridge, compute-bound right of it.
         ridge = ceil.tflops * 1e3 / ceil.gbps
         lo, hi = min(min(xs), ridge) / 2, max(max(xs), ridge) * 2
-        ax.plot([lo, ridge], [ceil.gbps * lo / 1e3, ceil.tflops], "k:", label=f"bandwidth ceiling {ceil.gbps:.0f} GB/s")
-        ax.plot([ridge, hi], [ceil.tflops, ceil.tflops], "k--", label=f"compute ceiling {ceil.tflops:.0f} TFLOP/s")
+        handles += ax.plot([lo, ridge], [ceil.gbps * lo / 1e3, ceil.tflops], color="0.3", ls=":",
+                           label=f"bandwidth ceiling {ceil.gbps:.0f} GB/s")
+        handles += ax.plot([ridge, hi], [ceil.tflops, ceil.tflops], color="0.3", ls="-.",
+                           label=f"compute ceiling {ceil.tflops:.0f} TFLOP/s")
         note = f"ceilings {ceil.source}"
     else:
         note = "no ceilings: no peaks recorded or known for this machine"
         log.warning("%s roofline: %s", machine, note)
     ax.set(xscale="log", yscale="log", xlabel="arithmetic intensity (FLOP/byte, tree-aware cost model)",
            ylabel="achieved TFLOP/s", title=f"Roofline, {machine}\n({note})")
+    log_ticks(ax.xaxis, PLAIN_TICKS, *data_range([ax], "x"))
+    log_ticks(ax.yaxis, PLAIN_TICKS, *data_range([ax], "y"))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    legend_outside(fig, handles)
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
 def _per_heads(runs: list[Run], metric: str, impls, ylabel: str, title: str, path: Path,
-               scale: float = 1.0, ref: float | None = None) -> list[str]:
-    """1 / metric against prefix length, a panel per head count (its newest commit), a line
-    per (q_len, impl). Returns the implementations drawn."""
+               formatter=SPEEDUP_TICKS, ref: str | None = None) -> list[str]:
+    """1 / metric against prefix length, a panel per (q_len, head count) from the newest commit
+    that measured the head count, a line per implementation in its own style; FlashMLA's points
+    from the newest Chain run that recorded the metric, where it ran. ref: an implementation
+    drawn as the line at 1 (the baseline of a speedup). Returns the implementations drawn."""
     panels = [(heads, found) for cls, heads in HEADS.items() if (found := latest(runs, cls, metric))]
-    fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(0.5 + 4.5 * max(1, len(panels)), 4.2),
-                             squeeze=False, sharey=True)
-    q_lens = sorted({q for _, (_, g) in panels for q, _, _ in g})  # one colour per q_len throughout
-    impls = ordered(i for _, (_, g) in panels for _, _, i in g if impls(i))
-    drawn = 0
-    for ax, (heads, (run, g)) in zip(axes[0], panels):
-        # Prefix lengths as categories: they include 0, which a log axis cannot show.
-        prefixes = sorted({p for _, p, _ in g})
-        for n, q in enumerate(q_lens):
-            for impl in impls:
-                pts = sorted((p, scale / v) for (qq, p, i), v in g.items() if qq == q and i == impl and v > 0)
+    chain = next((run.grid("Chain", metric) for run in reversed(runs)
+                  if any(k[3] == REFERENCE for k in run.grid("Chain", metric))), {})
+    q_lens = sorted({q for _, (_, g) in panels for q, _, _ in g})
+    names = ordered([i for _, (_, g) in panels for _, _, i in g if impls(i)])
+    fig, axes = plt.subplots(max(1, len(q_lens)), max(1, len(panels)), squeeze=False, sharey=True, layout="constrained",
+                             figsize=(2.0 + 3.4 * max(1, len(panels)), 1.2 + 2.6 * max(1, len(q_lens))))
+    drawn = []
+    for row, q in enumerate(q_lens):
+        for col, (heads, (run, g)) in enumerate(panels):
+            ax = axes[row][col]
+            # Prefix lengths as categories: they include 0, which a log axis cannot show.
+            prefixes = sorted({p for _, p, _ in g} | {p for h, qq, p, i in chain if (h, qq) == (heads, q)})
+            series = {i: {p: 1 / v for (qq, p, ii), v in g.items() if qq == q and ii == i and v > 0} for i in names}
+            series[REFERENCE] = {p: 1 / v for (h, qq, p, i), v in chain.items() if (h, qq, i) == (heads, q, REFERENCE) and v > 0}
+            for impl, pts in series.items():
                 if pts:
-                    drawn += 1
-                    ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], color=f"C{n}",
-                            ls=style(impl), marker="o", ms=4)
-        ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
-        ax.set(xlabel="prefix length", yscale="log", title=f"{heads} heads @{run.commit[:8]}")
-        if ref is not None:
-            ax.axhline(ref, color="k", lw=0.8)
-        for axis in (ax.yaxis.set_major_formatter, ax.yaxis.set_minor_formatter):
-            axis(LogFormatter(labelOnlyBase=False))  # 0.6, 2, 30: not 6x10^-1 on a short range
-        ax.grid(True, which="both", alpha=0.3)
+                    ax.plot([prefixes.index(p) for p in sorted(pts)], [pts[p] for p in sorted(pts)], **impl_style(impl))
+                    if impl not in drawn:
+                        drawn.append(impl)
+            if ref is not None:
+                ax.axhline(1.0, **{**impl_style(ref), "marker": None, "lw": 1.0})
+            ax.set_xticks(range(len(prefixes)), [prefix_label(p) for p in prefixes])
+            ax.set(yscale="log", title=f"{heads} heads, q_len {q} @{run.commit[:8]}")
+            ax.title.set_fontsize(9)
+            ax.grid(True, which="both", alpha=0.3)
+            if row == len(q_lens) - 1:
+                ax.set_xlabel("prefix length")
     if not drawn:
         plt.close(fig)
         raise Skip(f"no {metric} results in Heads{'/'.join(str(h) for h in HEADS.values())}")
-    axes[0][0].set_ylabel(ylabel)
-    # Colour = q_len, line style = implementation: a short legend instead of one entry per line.
-    handles = [Line2D([], [], color=f"C{n}", marker="o", ms=4, label=f"q_len {q}") for n, q in enumerate(q_lens)]
-    handles += [Line2D([], [], color="k", ls=style(i), label=i) for i in impls]
-    axes[0][-1].legend(handles=handles, fontsize=7, loc="best")
+    for row in axes:
+        row[0].set_ylabel(ylabel)
+    log_ticks(axes[0][0].yaxis, formatter, *data_range(axes))
+    handles = [handle(i) for i in ordered(drawn)]
+    if ref is not None:
+        handles.append(Line2D([], [], **{**impl_style(ref), "marker": None, "lw": 1.0}, label=f"{ref} (= 1)"))
+    legend_outside(fig, handles)
     fig.suptitle(title)
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return impls
+    return ordered(drawn)
 
 
 def plot_speedup(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     """Speedup over naive (1 / track_time_vs_naive) against prefix length."""
     base = registry.baseline()
-    return _per_heads(runs, "track_time_vs_naive", lambda i: i != base, f"speedup over {base} (x)",
-               f"Speedup over naive, {machine} (line at 1 = naive)", path, ref=1.0)
+    return _per_heads(runs, "track_time_vs_naive", lambda i: i != base, f"speedup over {base}",
+                      f"Speedup over naive, {machine}", path, SPEEDUP_TICKS, ref=base)
 
 
 def plot_peak_fraction(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     """Fraction of the theoretical peak (1 / track_time_vs_roofline) against prefix length."""
-    return _per_heads(runs, "track_time_vs_roofline", lambda i: True, "% of peak",
-               f"Fraction of the roofline, {machine}", path, scale=100.0)
+    return _per_heads(runs, "track_time_vs_roofline", lambda i: True, "fraction of peak",
+                      f"Fraction of the roofline, {machine}", path, PERCENT_TICKS)
 
 
 def plot_history(runs: list[Run], path: Path, machine: str = "") -> None:
-    """Speedup and fraction of peak at the headline cases, commit by commit: a colour per
-    prefix length, a line style per headline implementation."""
-    q, impls = grid.HEADLINE["q_len"], grid.HEADLINE["impls"]
+    """The headline cases commit by commit, a column per prefix length: fraction of peak (the
+    roofline's, fixed: it moves only when the kernel does, not when naive does) with FlashMLA's
+    (Chain, chain tree) as the reference line, and, where a run timed FlashMLA, each kernel's
+    speed as a fraction of FlashMLA's in that same run (1 = FlashMLA)."""
+    q, heads, impls = grid.HEADLINE["q_len"], grid.HEADLINE["heads"], grid.HEADLINE["impls"]
     sources, prefixes = HEADLINE_SOURCES, grid.HEADLINE["prefix_lens"]
-    what = f"heads {grid.HEADLINE['heads']} ({' or '.join(sources)})"
+    what = f"heads {heads} ({' or '.join(sources)})"
+    peak = "track_time_vs_roofline"
 
-    def value(run, metric, p, impl, sources):
+    def value(run, p, impl, sources):
         for cls in sources:
-            points = run.grid(cls, metric)
+            points = run.grid(cls, peak)
             # Quick's points name their head count; HeadsN's, and Quick's before it covered
             # every head count (heads 64 only), do not.
-            v = points.get((q, p, impl)) or points.get((grid.HEADLINE["heads"], q, p, impl))
+            v = points.get((q, p, impl)) or points.get((heads, q, p, impl))
             if v:
                 return 1 / v
         return math.nan
 
-    def has_any(sources, prefixes):
-        return any(not math.isnan(value(r, "track_time_vs_naive", p, i, sources))
-                   for r in runs for p in prefixes for i in impls)
+    def chain(run, p, impl):
+        return run.grid("Chain", "track_time").get((heads, q, p, impl))
 
-    if not has_any(sources, prefixes):
+    def versus_reference(run, p, impl):
+        ref, t = chain(run, p, REFERENCE), chain(run, p, impl)
+        return ref / t if ref and t else math.nan
+
+    def reference_peak(run, p):
+        v = run.grid("Chain", peak).get((heads, q, p, REFERENCE))
+        return 1 / v if v else math.nan
+
+    if not any(not math.isnan(value(r, p, i, sources)) for r in runs for p in prefixes for i in impls):
         # No headline data (a CPU machine): the largest head count measured, its 3 longest prefixes.
-        present = [c for c in reversed(HEADS) if any(r.grid(c, "track_time_vs_naive") for r in runs)]
+        present = [c for c in reversed(HEADS) if any(r.grid(c, peak) for r in runs)]
         if not present:
-            raise Skip("no track_time_vs_naive results")
+            raise Skip(f"no {peak} results")
         sources = (present[0],)
-        found = {p for r in runs for (qq, p, i) in r.grid(present[0], "track_time_vs_naive") if qq == q and i in impls}
+        found = {p for r in runs for (qq, p, i) in r.grid(present[0], peak) if qq == q and i in impls}
         prefixes = tuple(sorted(found)[-3:])
         what = f"{HEADS[present[0]]} heads ({present[0]}: no headline results here)"
         if not prefixes:
             raise Skip(f"no {'/'.join(impls)} results at q_len {q}")
-    metrics = ("track_time_vs_naive", "track_time_vs_roofline")
-    rows = [r for r in runs if any(not math.isnan(value(r, m, p, i, sources))
-                                   for m in metrics for p in prefixes for i in impls)]
-    fig, axes = plt.subplots(2, 1, figsize=(min(16.0, max(6.0, 1.0 + 0.45 * len(rows))), 6.5), sharex=True)
+    rows = [r for r in runs if any(not math.isnan(value(r, p, i, sources)) or not math.isnan(reference_peak(r, p))
+                                   for p in prefixes for i in impls)]
+    versus = any(not math.isnan(versus_reference(r, p, i)) for r in rows for p in prefixes for i in impls)
+    fig, axes = plt.subplots(2 if versus else 1, len(prefixes), squeeze=False, sharex=True, sharey="row",
+                             layout="constrained", figsize=(2.5 + min(5.0, max(3.0, 0.3 * len(rows))) * len(prefixes),
+                                                            7.0 if versus else 4.2))
     x = np.arange(len(rows))
-    for ax, metric, label in ((axes[0], metrics[0], f"speedup over {registry.baseline()} (x)"),
-                              (axes[1], metrics[1], "fraction of peak")):
-        for k, impl in enumerate(impls):
-            for n, p in enumerate(prefixes):
-                ys = [value(r, metric, p, impl, sources) for r in rows]
-                if not all(math.isnan(y) for y in ys):
-                    ax.plot(x, ys, marker=HISTORY_MARKERS[k % len(HISTORY_MARKERS)], color=f"C{n}", ls=style(impl),
-                            label=f"{impl}, prefix {p}")
-        ax.set_ylabel(label)
-        ax.set_yscale("log")
-        ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7, loc="best")
-    for axis in (axes[0].yaxis.set_major_formatter, axes[0].yaxis.set_minor_formatter):
-        axis(LogFormatter(labelOnlyBase=False))
-    percent = FuncFormatter(lambda v, _: f"{100 * v:.2g}%")
-    axes[1].yaxis.set_major_formatter(percent)
-    axes[1].yaxis.set_minor_formatter(percent)
-    step = max(1, len(rows) // 30)  # keep the hash labels legible on a long history
-    axes[1].set_xticks(x[::step], [r.commit[:8] for r in rows][::step], rotation=45, ha="right", fontsize=8)
-    axes[1].set_xlabel("commit (oldest to newest by commit date)")
+    drawn = []
+    for col, p in enumerate(prefixes):
+        lines = [(0, i, [value(r, p, i, sources) for r in rows]) for i in impls]
+        lines.append((0, REFERENCE, [reference_peak(r, p) for r in rows]))
+        if versus:
+            lines += [(1, i, [versus_reference(r, p, i) for r in rows]) for i in impls]
+        for row, impl, ys in lines:
+            if not all(math.isnan(y) for y in ys):
+                axes[row][col].plot(x, ys, **impl_style(impl))
+                drawn.append(impl)
+        if versus:
+            axes[1][col].axhline(1.0, **{**impl_style(REFERENCE), "marker": None})
+            drawn.append(REFERENCE)
+        axes[0][col].set_title(f"prefix {prefix_label(p)}", fontsize=9)
+        for ax in axes[:, col]:
+            ax.set_yscale("log")
+            ax.grid(True, which="both", alpha=0.3)
+        step = max(1, len(rows) // 12)  # keep the hash labels legible on a long history
+        axes[-1][col].set_xticks(x[::step], [r.commit[:8] for r in rows][::step], rotation=60, ha="right", fontsize=7)
+    axes[0][0].set_ylabel("fraction of peak")
+    log_ticks(axes[0][0].yaxis, PERCENT_TICKS, *data_range(axes[0]))
+    if versus:
+        axes[1][0].set_ylabel(f"speed as a fraction of {REFERENCE}'s\n(same run, chain tree)")
+        log_ticks(axes[1][0].yaxis, PERCENT_TICKS, *data_range(axes[1]))
+    fig.supxlabel("commit (oldest to newest by commit date)", fontsize=9)
+    legend_outside(fig, [handle(i) for i in ordered(set(drawn))])
     fig.suptitle(f"History, {machine}: {', '.join(impls)} at q_len {q}, {what}", fontsize=10)
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
@@ -326,8 +424,10 @@ def plot_chain(runs: list[Run], path: Path, machine: str = "") -> list[str]:
     points = {(h, q, p, i): (t, run.grid("Chain", "track_flops").get((h, q, p, i)))
               for i, run in newest.items() for (h, q, p, ii), t in run.grid("Chain", "track_time").items() if ii == i}
     panels = sorted({(h, q) for h, q, _, _ in points})
-    fig, axes = plt.subplots(1, len(panels), figsize=(0.5 + 3.6 * len(panels), 4.2), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(1, len(panels), figsize=(2.5 + 3.0 * len(panels), 4.2), squeeze=False, sharey=True,
+                             layout="constrained")
     impls = ordered(newest)
+    drawn = []
     for ax, (h, q) in zip(axes[0], panels):
         prefixes = sorted({p for hh, qq, p, _ in points if (hh, qq) == (h, q)})
         for impl in impls:
@@ -335,17 +435,21 @@ def plot_chain(runs: list[Run], path: Path, machine: str = "") -> list[str]:
                    for t, fl in [points[(h, q, p, impl)]] if fl and t > 0]
             if not pts:
                 continue
-            ref = impl == "flashmla"
-            ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], marker="o", ms=4, lw=2.5 if ref else 1.5,
-                    color="k" if ref else registry.color(impl), ls="--" if ref else style(impl),
-                    label=f"{impl} @{newest[impl].commit[:8]}")
-        ax.set_xticks(range(len(prefixes)), [str(p) for p in prefixes])
-        ax.set(xlabel="prefix length", yscale="log", title=f"heads {h}, q_len {q}")
+            ax.plot([prefixes.index(p) for p, _ in pts], [y for _, y in pts], **impl_style(impl))
+            drawn.append(impl)
+        ax.set_xticks(range(len(prefixes)), [prefix_label(p) for p in prefixes])
+        ax.set(xlabel="prefix length", yscale="log")
+        ax.set_title(f"heads {h}, q_len {q}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        raise Skip("no Chain results with recorded FLOPs")
     axes[0][0].set_ylabel("achieved TFLOP/s (recorded FLOPs / median time)")
-    axes[0][-1].legend(fontsize=7, loc="best")
-    fig.suptitle(f"Chain tree, batch 1, {machine} (FlashMLA: black, dashed; each line from its newest commit)")
-    fig.tight_layout()
+    log_ticks(axes[0][0].yaxis, PLAIN_TICKS, *data_range(axes))
+    legend_outside(fig, [handle(i, f"{i} @{newest[i].commit[:8]}" + (" (reference)" if i == REFERENCE else ""))
+                         for i in ordered(set(drawn))])
+    fig.suptitle(f"Chain tree, batch 1, {machine}: FlashMLA the black dashed reference, each line from its newest commit",
+                 fontsize=10)
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return impls
@@ -356,16 +460,19 @@ CAPTIONS = {
                 "each grid point of the newest commit measured, against arithmetic intensity (FLOP per "
                 "byte of the tree-aware cost model), under the machine's compute and bandwidth ceilings.",
     "speedup": "Speedup over naive = naive time / implementation time, both measured side by side in the "
-               "same process, against prefix length; a line per q_len and implementation, a panel per "
-               "head count (newest commit that measured it).",
+               "same process, against prefix length; a line per implementation (one style each, in every plot), a "
+               "panel per q_len and head count (newest commit that measured it). FlashMLA's runs time no naive.",
     "peak_fraction": "Fraction of peak = roofline time / measured time, the roofline time from the "
-                     "tree-aware cost model and the machine's peaks; a line per q_len and implementation.",
+                     "tree-aware cost model and the machine's peaks; a line per implementation, a panel per q_len and "
+                     "head count; FlashMLA (chain tree, where it ran) the black dashed reference.",
     "chain": "Chain tree (the causal mask FlashMLA also takes), batch 1: achieved TFLOP/s of each "
              "implementation against prefix length, a panel per (heads, q_len); FlashMLA, where it ran, "
              "is the dashed black reference line a kernel has to beat.",
-    "history": f"History: speedup over naive and fraction of peak of {', '.join(grid.HEADLINE['impls'])} at the "
-               f"headline cases (heads {grid.HEADLINE['heads']}, q_len {grid.HEADLINE['q_len']}, prefix "
-               f"{'/'.join(str(p) for p in grid.HEADLINE['prefix_lens'])}), commit by commit.",
+    "history": f"History: fraction of peak of {', '.join(grid.HEADLINE['impls'])} at the headline cases (heads "
+               f"{grid.HEADLINE['heads']}, q_len {grid.HEADLINE['q_len']}, prefix "
+               f"{'/'.join(str(p) for p in grid.HEADLINE['prefix_lens'])}), commit by commit, with FlashMLA's (chain "
+               "tree) as the black reference line; below, where a run timed FlashMLA, each kernel's speed as a "
+               "fraction of FlashMLA's in the same run. Neither moves when naive does.",
 }
 PLOTS = {"roofline": plot_roofline, "speedup": plot_speedup, "peak_fraction": plot_peak_fraction,
          "chain": plot_chain, "history": plot_history}

@@ -1,5 +1,13 @@
 """Publish results/ into html/: asv's site, the plots in html/plots/, a link between them.
 
+The site's first page, index.html, is the landing page (verify_attn_tools/landing.py: per
+tracked machine, the newest commit against the previous one at the headline points, with
+report's verdict); asv's own front page is moved to asv.html, one click away (an old
+index.html#... link is forwarded there). asv's graph pages open on points that exist
+(graph_defaults: Quick's prefix 65,536, a log axis where the values span a decade) instead of
+each parameter's first value. With no results at all, publish says to run `python -m verify_attn
+run` first (exit 3) instead of asv's advice.
+
 Needs no GPU, re-runs nothing and needs no network. asv publish rewrites html/ from scratch every time, so the plots are
 redrawn and the "Plots" link injected into its front page after every publish, and asv's JavaScript and CSS, which its
 pages load from CDNs, are copied into html/vendor/ from verify_attn_tools/site_assets/ and the pages pointed at them:
@@ -33,24 +41,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import LOCAL, LOCAL_DIR, ROOT, assets, history, plots, regressions, report
+from . import LOCAL, LOCAL_DIR, ROOT, assets, history, landing, plots, regressions, report
 from .cli import parser
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 MARK = "<!-- verify-attn: plots link -->"
-NAV_ITEM = f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
+NAV_ITEM = (f'{MARK}<li id="nav-li-plots"><a href="plots/index.html">Plots</a></li>'
+            '<li id="nav-li-latest"><a href="index.html">Latest</a></li>')
 CORNER = (f'{MARK}<a id="verify-attn-plots" href="plots/index.html" style="position:fixed;right:1em;top:.8em;'
           'z-index:2000;font-weight:bold">Plots</a>')
+DEFAULTS_JS = "verify-attn-defaults.js"
+DEFAULTS_MARK = "<!-- verify-attn: graph defaults -->"
+# What a graph page opens on where the link names no parameters: the headline values where
+# measured (else the value with the most points), every implementation measured there.
+PREFERRED = {"prefix_len": 65536, "heads": 64, "q_len": 9, "batch": 32, "arch": "sm_90"}
+SPREAD_FOR_LOG = 10.0  # max / min of the values shown from which the y axis opens logarithmic
 
 
 def inject_link(index: Path) -> bool:
-    """Add the link to asv's front page unless it is there already. Returns whether it was added."""
+    """Add the links (the plots, the landing page) to asv's front page unless they are there
+    already. Returns whether they were added."""
     text = index.read_text()
     if MARK in text:
         return False
     nav = text.find('id="nav"')
     end = text.find("</ul>", nav)
-    if nav >= 0 and end >= 0:  # a last item in asv's navigation bar
+    if nav >= 0 and end >= 0:  # last items in asv's navigation bar
         text = text[:end] + NAV_ITEM + text[end:]
     else:  # some other asv layout: a fixed link in the corner, visible all the same
         end = text.rfind("</body>")
@@ -86,6 +102,95 @@ def fill_missing_graphs(html: Path) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("[]")
     return missing
+
+
+def measured_points(results_dir: Path) -> dict[str, dict]:
+    """{benchmark: {parameter tuple (literal values): value}} of the points with a number in the
+    newest results file of each machine under results_dir (the first machine's value where two
+    have one)."""
+    found: dict[str, dict] = {}
+    for machine in sorted(p.parent.name for p in results_dir.glob("*/machine.json")):
+        commits = landing.results_files(results_dir, machine)
+        if not commits:
+            continue
+        for key, (_, points) in report.load(results_dir, machine, commits[-1][0]).items():
+            for c, (v, _, _) in points.items():
+                if not report.isna(v):
+                    found.setdefault(key, {}).setdefault(c, v)
+    return found
+
+
+def default_selection(params: list, names: list, measured: set) -> tuple[dict, list]:
+    """({parameter name: [values as asv stores them]}, the measured tuples selected) for a graph
+    page: one value of each parameter but impl (the preferred one where measured, else the one
+    with the most points), every implementation measured there (at most asv's 8 curves)."""
+    import ast
+
+    chosen, left = {}, set(measured)
+    for i, name in enumerate(names):
+        values = [ast.literal_eval(v) for v in params[i]]
+        present = [v for v in values if any(c[i] == v for c in left)]
+        if not present:
+            return {}, []
+        if name == "impl":
+            keep = present[:8]
+        elif PREFERRED.get(name) in present:
+            keep = [PREFERRED[name]]
+        else:
+            keep = [max(present, key=lambda v: (sum(c[i] == v for c in left), values.index(v)))]
+        left = {c for c in left if c[i] in keep}
+        chosen[name] = [params[i][values.index(v)] for v in keep]
+    return chosen, sorted(left, key=str)
+
+
+def graph_defaults(site: Path, results_dir: Path) -> dict[str, str]:
+    """Make asv's graph pages open on data: a graph link without parameters (a tile of the grid,
+    the benchmark tree) opens on default_selection's points, on a log axis where their values
+    span SPREAD_FOR_LOG or more, instead of asv's first values (prefix 0, which Quick does not
+    time: a blank graph). Writes verify-attn-defaults.js, which rewrites such a location before
+    asv's own hashchange handler reads it, and loads it from asv's page. Returns the queries."""
+    from urllib.parse import quote
+
+    index = json.loads((site / "index.json").read_text())
+    measured = measured_points(results_dir)
+    queries = {}
+    for name, bm in (index.get("benchmarks") or {}).items():
+        params, names = bm.get("params") or [], bm.get("param_names") or []
+        if not params or len(params) != len(names) or name not in measured:
+            continue
+        chosen, points = default_selection(params, names, set(measured[name]))
+        if not chosen:
+            continue
+        pairs = [(f"p-{k}", v) for k, vs in chosen.items() for v in vs]
+        values = [measured[name][c] for c in points if measured[name][c] > 0]
+        if values and max(values) / min(values) >= SPREAD_FOR_LOG:
+            pairs.append(("y-axis-scale", "log"))
+        queries[name] = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in pairs)
+    script = ("// Written by python -m verify_attn publish (verify_attn_tools/publish.py, graph_defaults).\n"
+              f"(function () {{\n  var D = {json.dumps(queries, sort_keys=True)};\n" + """\
+  function open_on_data() {
+    var h = location.hash.replace(/^#\\/?/, '');
+    if (!h || h.indexOf('?') >= 0) return;
+    var name = decodeURIComponent(h);
+    if (Object.prototype.hasOwnProperty.call(D, name))
+      history.replaceState(history.state, '', '#' + h + '?' + D[name]);
+  }
+  open_on_data();
+  window.addEventListener('hashchange', open_on_data);  // before asv's handler: it is added later
+})();
+""")
+    (site / DEFAULTS_JS).write_text(script)
+    page = site / landing.ASV_PAGE
+    text = page.read_text()
+    if DEFAULTS_MARK not in text:
+        head = text.find("<script")
+        tag = f'{DEFAULTS_MARK}<script src="{DEFAULTS_JS}"></script>\n    '
+        text = text[:head] + tag + text[head:] if head >= 0 else tag + text
+        page.write_text(text)
+    return queries
+
+
+NO_RESULTS_EXIT = 3  # as report's "record it first"
 
 
 class UnsafeName(Exception):
@@ -189,19 +294,28 @@ def tracked_config(root: Path = ROOT, html_dir: Path | None = None) -> Path:
     return path
 
 
-def publish(root: Path = ROOT, local: bool = False) -> int:
+def publish(root: Path = ROOT, local: bool = False, html_dir: Path | None = None) -> int:
     """Publish the tracked machines' results/ into html/, or (local) .asv/local/ into its site.
 
     The results files are checked first (a malformed one: exit 4, one line naming the file and
     the field); the site is built in a temporary directory under .asv/ and swapped in only
-    when complete, so a failure leaves the previous html/ as it was."""
+    when complete, so a failure leaves the previous html/ as it was (html_dir: publish there
+    instead of html/). asv's front page becomes asv.html; index.html is the landing page
+    (verify_attn_tools/landing.py). No results at all: exit 3 and one line saying to run first."""
     base = root / LOCAL_DIR if local else root
-    html = base / "html"
+    html = html_dir or base / "html"
     try:
         report.check_results_dir(base / "results")
     except report.Malformed as exc:
         print(f"python -m verify_attn publish: {exc}", file=sys.stderr)
         return report.MALFORMED_EXIT
+    if not any(landing.results_files(base / "results", p.parent.name)
+               for p in (base / "results").glob("*/machine.json")):
+        # asv's own advice here ("asv run --bench just-discover") is not this project's way
+        where = f"{LOCAL_DIR}/results" if local else "results/"
+        print(f"python -m verify_attn publish: no results under {where} yet: run `python -m verify_attn run` "
+              "first (it measures this machine, records the results and publishes them)", file=sys.stderr)
+        return NO_RESULTS_EXIT
     if not local:  # a malformed benchmarks/accepted.json refuses before anything is written
         try:
             regressions.accepted_rules(root, asv_config(root)["branches"])
@@ -219,9 +333,12 @@ def publish(root: Path = ROOT, local: bool = False) -> int:
         fill_missing_summaries(site)
         fill_missing_graphs(site)
         plots.main(base / "results", site / "plots")
-        inject_link(site / "index.html")
+        os.replace(site / "index.html", site / landing.ASV_PAGE)
+        inject_link(site / landing.ASV_PAGE)
         try:
             escape_markup(site)
+            graph_defaults(site, base / "results")
+            landing.build(base / "results", site / "index.html", asv_config(root).get("show_commit_url") or None)
             assets.vendor(site)
         except (assets.UnknownAsset, UnsafeName) as exc:
             print(f"python -m verify_attn publish: {exc}", file=sys.stderr)

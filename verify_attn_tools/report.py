@@ -37,11 +37,12 @@ import math
 import re
 import subprocess
 import sys
+import dataclasses
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
 
-from . import ROOT
+from . import ROOT, artifacts
 from .cli import Refusal, parser
 from .sanitize import cell
 
@@ -69,30 +70,27 @@ MALFORMED_EXIT = 4
 
 
 def check_results_file(path: Path) -> None:
-    """Raise Malformed unless path is a results file that asv and this tooling can read: JSON,
-    an object; results an object of lists in result_columns' order; each benchmark's params a list
-    of lists of Python literals (asv keeps parameter values as their repr), its result one value
-    per combination. asv's own loader skips a bad file with a warning or stops with a traceback."""
+    """Raise Malformed unless path is a results file that asv and this tooling can read: JSON of
+    asv's result shape (artifacts.check_shape, the check the hosted record job runs), and what
+    only this tooling relies on: result_columns holding result and params, each benchmark's
+    params a list of lists of Python literals (asv keeps parameter values as their repr), its
+    result one value per combination, and asv's own loader taking the file (it skips a bad file
+    with a warning or stops with a traceback)."""
     import ast
 
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise Malformed(path, "(the file)", f"not readable JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise Malformed(path, "(top level)", f"a JSON object expected, got {type(data).__name__}")
-    for field, kind in (("commit_hash", str), ("results", dict), ("result_columns", list), ("params", dict)):
-        if not isinstance(data.get(field), kind):
-            raise Malformed(path, field, f"{kind.__name__} expected, got {type(data.get(field)).__name__}")
+    try:
+        artifacts.check_shape(data, str(path))
+    except artifacts.Refused as exc:
+        raise Malformed(path, exc.field or "(the file)", exc.why or str(exc)) from None
     columns = data["result_columns"]
-    if not all(isinstance(c, str) for c in columns) or "result" not in columns or "params" not in columns:
+    if "result" not in columns or "params" not in columns:
         raise Malformed(path, "result_columns", "a list of names holding 'result' and 'params' expected")
-    if not isinstance(data.get("date"), (int, float)) or isinstance(data.get("date"), bool):
-        raise Malformed(path, "date", f"a number expected, got {type(data.get('date')).__name__}")
     for name, row in data["results"].items():
         where = f"results[{name!r}]"
-        if not isinstance(row, list) or len(row) > len(columns):
-            raise Malformed(path, where, f"a list of at most {len(columns)} columns expected")
         entry = dict(zip(columns, row))
         params = entry.get("params")
         if not isinstance(params, list) or not all(isinstance(p, list) for p in params):
@@ -140,6 +138,9 @@ class Row:
     significant: bool
     speedup: tuple             # over naive, (before, after)
     peak: tuple                # fraction of peak, (before, after)
+    spread: tuple = (None, None)  # IQR / median of each commit's samples of the judged series (asv's q_25, q_75)
+    series: str = ""           # the benchmark the change was read from (its asv graph)
+    params: dict = dataclasses.field(default_factory=dict)  # {parameter name: asv's repr of the value}
 
     @property
     def order(self) -> int:
@@ -278,11 +279,26 @@ def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> li
                 return tuple(None if isna(x) or not x else 1 / x
                              for x in (series(res, metric)[1].get(combo, NA)[0] for res in (a, b)))
 
+            names = param_names(key, benchmarks, len(combo))
+            judged_on = (pa, pb) if ma is not None and mb is not None else (ta.get(combo, NA), tb.get(combo, NA))
             rows.append(Row(case, impl, va, vb, (ma, mb), ratio, change, judged, significant,
-                            inverse("track_time_vs_naive"), inverse("track_time_vs_roofline")))
+                            inverse("track_time_vs_naive"), inverse("track_time_vs_roofline"),
+                            tuple(map(iqr_fraction, judged_on)),
+                            f"{BENCH}.{cls}.{ANCHOR if judged_on[0] is pa else TIME}",
+                            {n: repr(v) for n, v in zip(names, combo)}))
     # Within a kind, the largest moves first (the raw ones too, folded as they are).
     return sorted(rows, key=lambda r: (r.order, -(r.ratio or 0) if r.change in ("slower", "raw") else (r.ratio or 0),
                                        r.case, r.impl))
+
+
+def iqr_fraction(point: tuple) -> float | None:
+    """The interquartile range over the median of one point's samples, from asv's recorded stats
+    (q_25, q_75; computed by asv from the samples when it saved them)."""
+    value, stats, _ = point
+    if isna(value) or not value or not isinstance(stats, dict):
+        return None
+    q25, q75 = stats.get("q_25"), stats.get("q_75")
+    return None if isna(q25) or isna(q75) else (q75 - q25) / value
 
 
 def failed_cases(a: dict, b: dict) -> list[str]:
@@ -301,15 +317,32 @@ def fmt_time(v) -> str:
     return f"{v * 1e3:.4g} ms"
 
 
-def fmt_pair(pair, show) -> str:
-    a, b = pair
-    if a is None and b is None:
+FACTOR = 1.03  # the change a drift-free ratio must pass to count (report's default --factor)
+
+
+def change_words(ratio) -> str:
+    """A time ratio after/before in words: "1.32x faster", "1.8% slower" (percent under 10%)."""
+    if ratio is None or isna(ratio) or ratio <= 0 or math.isinf(ratio):
         return "-"
-    return f"{show(a) if a is not None else '-'} → {show(b) if b is not None else '-'}"
+    if abs(ratio - 1) < 5e-4:
+        return "same"
+    word, factor = ("slower", ratio) if ratio > 1 else ("faster", 1 / ratio)
+    return f"{100 * (factor - 1):.1f}% {word}" if factor < 1.1 else f"{factor:.2f}x {word}"
 
 
-STATUS = {"failed": "**FAILED**", "still failing": "still failing", "slower": "slower", "faster": "faster",
+def fmt_spread(pair) -> str:
+    return " / ".join("-" if x is None else f"{100 * x:.1f}%" for x in pair) if any(x is not None for x in pair) else "-"
+
+
+STATUS = {"failed": "**FAILED**", "still failing": "still failing", "slower": "**slower**", "faster": "faster",
           "fixed": "fixed", "raw": "raw only (not judged)", "new": "new", "gone": "not run", "same": "ok"}
+AB_STATUS = {"failed": "**FAILED**", "slower": "**slower**", "faster": "faster", "same": "ok",
+             "base failed": "base failed", "new": "new (not in the base)"}
+AB_ORDER = ["failed", "slower", "base failed", "new", "faster", "same"]
+HEAD = ("| point | impl | before | after | change | spread | evidence | x naive | % of peak | status |\n"
+        "| --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | --- |")
+
+
 def counts(impl: str) -> bool:
     """Whether impl's speed decides the verdict: a kernel under test (or one no longer registered)."""
     from verify_attn import registry
@@ -318,67 +351,296 @@ def counts(impl: str) -> bool:
     return entry is None or entry.under_test
 
 
+def after_of(pair):
+    """The after commit's value of a (before, after) pair, else the before commit's."""
+    return pair[1] if pair[1] is not None else pair[0]
+
+
+def report_line(r: Row) -> str:
+    """One table row of asv's recorded results."""
+    if r.judged:
+        evidence = (f"x anchor {r.anchor[0]:.4f} → {r.anchor[1]:.4f}, "
+                    + ("differ (Mann-Whitney p < 0.002)" if r.significant else "not significant"))
+    elif r.change == "raw":
+        evidence = "raw times only"
+    else:
+        evidence = "-"
+    change = change_words(r.ratio) + (" (raw)" if r.change == "raw" and r.ratio is not None else "")
+    peer = "" if counts(r.impl) or not r.significant else " (a peer: not counted)"
+    speed, peak = after_of(r.speedup), after_of(r.peak)
+    return (f"| {cell(r.case)} | {cell(r.impl)} | {fmt_time(r.before)} | {fmt_time(r.after)} | {change} | "
+            f"{fmt_spread(r.spread)} | {evidence} | {'-' if speed is None else f'{speed:.3g}x'} | "
+            f"{'-' if peak is None else f'{100 * peak:.3g}%'} | {STATUS[r.change]}{peer} |")
+
+
+def ab_line(r: dict, asv_rows: dict) -> str:
+    """One table row of the paired check (ab's --json rows); x naive and % of peak from asv's
+    recorded results of the after commit at the same Quick point, where there are some."""
+    point, impl, status = str(r.get("point", "")), str(r.get("impl", "")), str(r.get("status", ""))
+    twin = asv_rows.get((f"Quick {point}", impl))
+    speed, peak = (after_of(twin.speedup), after_of(twin.peak)) if twin else (None, None)
+    ratio = num(r.get("ratio"))
+    if ratio is None:
+        return (f"| Quick {cell(point)} | {cell(impl)} | | | | | {cell(r.get('reason', ''))} | | | "
+                f"{AB_STATUS.get(status, cell(status))} |")
+    spread = "-"
+    iqr = r.get("iqr")
+    if isinstance(iqr, list) and len(iqr) == 2 and all(num(x) is not None for x in iqr):
+        spread = f"{100 * (iqr[1] - iqr[0]) / ratio:.1f}%"
+    p = num(r.get("p"))
+    evidence = f"{int(num(r.get('slower')) or 0)}/{int(num(r.get('pairs')) or 0)} pairs slower" + (
+        "" if p is None else f", sign test p {p:.2g}")
+    return (f"| Quick {cell(point)} | {cell(impl)} | {fmt_time(num(r.get('base_s')))} | "
+            f"{fmt_time(num(r.get('head_s')))} | {change_words(ratio)} | {spread} | {evidence} | "
+            f"{'-' if speed is None else f'{speed:.3g}x'} | {'-' if peak is None else f'{100 * peak:.3g}%'} | "
+            f"{AB_STATUS.get(status, cell(status))} |")
+
+
+def num(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def folded(summary: str, lines: list[str]) -> list[str]:
+    return ["", f"<details><summary>{summary}</summary>", "", HEAD, *lines, "", "</details>"] if lines else []
+
+
+def graph_url(site: str | None, machine: str, series: str, params: dict) -> str | None:
+    """The asv graph page of one point (asv's hash: benchmark?machine=..&p-name=repr), or None."""
+    if not site:
+        return None
+    from urllib.parse import quote
+
+    query = "&".join([f"machine={quote(machine, safe='')}"]
+                     + [f"p-{quote(n, safe='')}={quote(v, safe='')}" for n, v in params.items()])
+    return f"{site.rstrip('/')}/#{quote(series, safe='.')}?{query}"
+
+
+def ab_params(point: str, impl: str) -> dict:
+    """asv's Quick parameters of an ab point "h64 q9 p2048"."""
+    names = {"h": "heads", "q": "q_len", "p": "prefix_len"}
+    out = {names[part[0]]: part[1:] for part in point.split() if part[:1] in names and part[1:].isdigit()}
+    return {**out, "impl": repr(impl)}
+
+
 def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_changed: bool,
-             cases: list[str] = ()) -> tuple[str, int]:
+             cases: list[str] = (), ab: dict | None = None, info: dict | None = None) -> tuple[str, int]:
+    """The pull request's one comment and its exit code. One verdict by one rule: the paired
+    check's (ab, given where kernels/ changed) when ab is given, else asv's recorded results on
+    the drift-free series. The rows that decide come first, then the rest folded, the peers
+    last."""
+    info = info or {}
+    counted = [r for r in rows if counts(r.impl)]
+    peers = [r for r in rows if not counts(r.impl)]
     failed = [r for r in rows if r.change == "failed"]
-    # A peer's speed (torch, FlashMLA) is shown but is not the pull request's verdict.
-    slower = [r for r in rows if r.change == "slower" and counts(r.impl)]
-    faster = [r for r in rows if r.change == "faster" and counts(r.impl)]
     still = [r for r in rows if r.change == "still failing"]
-    raw = [r for r in rows if r.change == "raw"]
-    code = 2 if failed or cases else 1 if slower else 0
+    raw = [r for r in counted if r.change == "raw"]
+    by_point = {(r.case, r.impl): r for r in rows}
+    if ab is not None:
+        ab_rows = sorted((r for r in ab["rows"]), key=lambda r: (AB_ORDER.index(r["status"]) if r["status"] in AB_ORDER
+                                                                 else len(AB_ORDER), str(r.get("point")), str(r.get("impl"))))
+        slower = [r for r in ab_rows if r["status"] == "slower"]
+        faster = [r for r in ab_rows if r["status"] == "faster"]
+        ab_failed = ab.get("exit") == 2 or ab.get("failed") or any(r["status"] == "failed" for r in ab_rows)
+        code = 2 if failed or cases or ab_failed else 1 if slower else 0
+        judged_any = any(num(r.get("ratio")) is not None for r in ab_rows)
+
+        def where(r):
+            return f"{cell(r.get('impl'))} at Quick {cell(r.get('point'))}"
+
+        def ratio_of(r):
+            return num(r.get("ratio"))
+    else:
+        slower = [r for r in counted if r.change == "slower"]
+        faster = [r for r in counted if r.change == "faster"]
+        code = 2 if failed or cases else 1 if slower else 0
+        judged_any = any(r.judged for r in counted)
+
+        def where(r):
+            return f"{cell(r.impl)} at {cell(r.case)}"
+
+        def ratio_of(r):
+            return r.ratio
     verdict = ("failed" if code == 2 else "slower" if slower else "faster" if faster
-               else "not judged: no drift-free series for both commits" if raw and not any(r.judged for r in rows)
-               else "no significant change")
-    worst = max((r.ratio for r in slower), default=None)
-    best = min((r.ratio for r in faster), default=None)
-    detail = ", ".join(filter(None, [
-        f"{len(cases)} named case{'s' if len(cases) > 1 else ''} failed" if cases else "",
-        f"{len(failed)} failed" if failed else "",
-        f"{len(still)} still failing" if still else "",
-        f"{len(slower)} slower (worst x{worst:.3f})" if slower else "",
-        f"{len(faster)} faster (best x{best:.3f})" if faster else "",
-        f"{len(raw)} raw only" if raw else ""])) or "within the rule"
-    lines = [f"### verify-attn {a[:8]} → {b[:8]} on {cell(machine)}: **{verdict}** ({detail}, {len(rows)} points)", "",
-             f"A change counts when the drift-free ratio after/before passes {factor} (or 1/{factor}) and asv's "
-             "Mann-Whitney test on the recorded samples says they differ (p < 0.002). Drift-free: each sample is "
-             "the time over a frozen anchor build's, timed alternately in the same process (x anchor). Time is "
-             "the raw median per call, shown but not deciding; speedup over naive and % of peak from the same "
-             "runs.", ""]
-    if raw:
-        lines += ["Raw only (not judged): one of the two commits lacks the drift-free series there (or recorded "
-                  "it against another anchor); raw times of separate processes and machine starts drift by "
-                  "several %, so they are not judged.", ""]
+               else "no significant change" if judged_any
+               else "not judged: no drift-free series for both commits" if ab is None and raw
+               else "not judged: no point measured in both commits")
+    detail = []
+    if cases:
+        detail.append(f"{len(cases)} named case{'s' if len(cases) > 1 else ''} failed")
+    if failed:
+        detail.append(f"{len(failed)} failed in asv's run")
+    if ab is not None and ab.get("failed"):
+        detail.append(f"{len(ab['failed'])} named case{'s' if len(ab['failed']) > 1 else ''} failed in the paired check")
+    if ab is not None and ab.get("exit") == 2 and not ab.get("failed") and not ab["rows"]:
+        detail.append("the paired check refused (see the job log)")
+    if slower:
+        worst = max(slower, key=ratio_of)
+        detail.append(f"{len(slower)} slower, worst {where(worst)} {change_words(ratio_of(worst))}")
+    if faster:
+        best = min(faster, key=ratio_of)
+        detail.append(f"{len(faster)} faster, best {where(best)} {change_words(ratio_of(best))}")
+    if still:
+        detail.append(f"{len(still)} still failing")
+    if raw and ab is None:
+        detail.append(f"{len(raw)} raw only")
+    decided = len(ab["rows"]) if ab is not None else sum(r.change not in ("new", "gone") for r in counted)
+    lines = [f"### verify-attn {a[:8]} → {b[:8]} on {cell(machine)}: **{verdict}**",
+             "", f"{'; '.join(detail) or ('within the rule' if decided else 'nothing to judge')} ({decided} counted points).", ""]
+    if ab is not None:
+        lines += [f"**Rule:** `kernels/` changed, so the paired check decides: the base's and the head's kernels "
+                  f"built side by side and timed in turn in one process on the same inputs (`python -m verify_attn "
+                  f"ab`); a kernel is slower (faster) at a point when the median of its pairs' head/base time "
+                  f"ratios is over {num(ab.get('factor')) or 1.01:g} (under its inverse) and the sign test over the "
+                  f"pairs gives p < {num(ab.get('alpha')) or 0.01:g}. Spread: the interquartile range of the pairs' "
+                  "ratios over their median. asv's recorded results are folded below, shown, not deciding; a "
+                  "failure in either fails the check.", ""]
+    else:
+        why = ("`kernels/` changed but no paired check was given (`--ab`), so" if info.get("kernels_changed")
+               else "No kernel changed (`kernels/` is the same in both commits), so")
+        lines += [f"**Rule:** {why} asv's recorded results decide, on the drift-free series: a point is slower "
+                  f"(faster) when its time over a frozen anchor build's (the two timed in turn in one process, "
+                  f"x anchor) moved past {factor:g} (its inverse) and asv's Mann-Whitney test on the samples says "
+                  "they differ (p < 0.002). Raw times are shown, not deciding. Spread: the interquartile range over "
+                  "the median of each commit's samples of that series (asv's q_25, q_75), before / after.", ""]
+    if raw and ab is None:
+        lines += ["Raw only (not judged): one of the two commits lacks the drift-free series there (or recorded it "
+                  "against another anchor); raw times of separate processes and machine starts drift by several %, "
+                  "so they are not judged.", ""]
+    lines += context_lines(a, b, machine, info, ab, rows)
     if cases:
         lines += [f"Named cases failing at {b[:8]}, so nothing of Quick was timed (tolerances: "
                   f"verify_attn/accuracy.py): {', '.join(map(cell, cases))}.", ""]
-    head = "| case | impl | before | after | x anchor | ratio | counts | x naive | % of peak | status |"
-    sep = "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-
-    def line(r: Row) -> str:
-        ratio = "-" if r.ratio is None else f"{r.ratio:.3f}" + (" (raw)" if r.change == "raw" else "")
-        return (f"| {cell(r.case)} | {cell(r.impl)} | {fmt_time(r.before)} | {fmt_time(r.after)} | "
-                f"{fmt_pair(r.anchor, lambda x: f'{x:.4f}')} | {ratio} | {'yes' if r.significant else 'no'} | "
-                f"{fmt_pair(r.speedup, lambda x: f'{x:.3g}x')} | {fmt_pair(r.peak, lambda x: f'{100 * x:.3g}%')} | "
-                f"{STATUS[r.change]}{'' if counts(r.impl) or not r.significant else ' (a peer: not counted)'} |")
-
-    changed = [r for r in rows if r.change not in ("same", "raw", "new", "gone")]
-    if changed:
-        lines += [head, sep, *map(line, changed)]
+    if ab is not None and ab.get("failed"):
+        lines += ["The paired check's gate: the checkout fails named cases, nothing was timed: "
+                  + ", ".join(map(cell, ab["failed"])) + ".", ""]
+    graphs = []
+    if ab is not None:
+        decide = [ab_line(r, by_point) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
+        same = [ab_line(r, by_point) for r in ab_rows if r["status"] == "same"]
+        graphs = [(f"{r['impl']} at Quick {r['point']}", f"{BENCH}.Quick.{ANCHOR}", ab_params(str(r["point"]), str(r["impl"])))
+                  for r in ab_rows if r["status"] in ("failed", "slower", "faster")]
+        rest = [("counted points unchanged (the paired check)", same),
+                ("counted points, asv's recorded results (shown, not deciding here)",
+                 [report_line(r) for r in counted if r.change != "failed"])]
+    else:
+        moved = [r for r in counted if r.change not in ("same", "raw", "new", "gone")]
+        decide = [report_line(r) for r in moved] + [report_line(r) for r in failed if not counts(r.impl)]
+        graphs = [(f"{r.impl} at {r.case}", r.series, r.params) for r in moved if r.series]
+        rest = [("counted points unchanged", [report_line(r) for r in counted if r.change == "same"]),
+                ("counted points raw only, not judged", [report_line(r) for r in raw])]
+    if decide:
+        lines += [HEAD, *decide]
+    elif not any(x for _, x in rest):
+        lines += ["No counted point was measured in both commits."]
+    links = [(what, url) for what, series, params in graphs[:8]
+             if (url := graph_url(info.get("site_url"), machine, series, params))]
+    if links:
+        lines += ["", "Graphs (asv, drift-free series): " + "; ".join(f"{cell(w)}: {u}" for w, u in links)]
     for kind, what in (("new", f"Measured in {b[:8]} only"), ("gone", f"Measured in {a[:8]} only (not run after)")):
         by_impl: dict[str, int] = {}
         for r in rows:
             if r.change == kind:
                 by_impl[r.impl] = by_impl.get(r.impl, 0) + 1
         if by_impl:
-            lines += ["", f"{what}: " + ", ".join(f"{cell(impl)} at {n} points" for impl, n in sorted(by_impl.items())) + "."]
-    for folded, what in ((raw, "raw only, not judged"), ([r for r in rows if r.change == "same"], "unchanged")):
-        if folded and not only_changed:
-            lines += ["", f"<details><summary>{len(folded)} {what}</summary>", "", head, sep, *map(line, folded), "",
-                      "</details>"]
-        elif folded:
-            lines += ["", f"{len(folded)} points {what}: not shown (--only-changed)."]
+            lines += ["", f"{what} (asv): " + ", ".join(f"{cell(impl)} at {n} points" for impl, n in sorted(by_impl.items())) + "."]
+    peer_names = ", ".join(sorted({cell(r.impl) for r in peers}))
+    shown_peers = [r for r in peers if r.change not in ("new", "gone") and not (only_changed and r.change in ("same", "raw"))]
+    rest.append((f"peers ({peer_names}): shown, never counted", [report_line(r) for r in shown_peers]))
+    for n, (summary, body) in enumerate(rest):
+        if body and (not only_changed or n == len(rest) - 1):
+            lines += folded(f"{len(body)} {summary}", body)
+        elif body:
+            lines += ["", f"{len(body)} {summary}: not shown (--only-changed)."]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)) + "\n", code  # one blank line where sections are absent
+
+
+def context_lines(a: str, b: str, machine: str, info: dict, ab: dict | None, rows: list[Row]) -> list[str]:
+    """The commits (linked where the repository's address is known), the graphs' site, the GPU and
+    its clocks: what a reader needs to trust the numbers."""
+    url = info.get("commit_url")
+    commits = (f"**Commits:** before {a[:8]} {url}{a}, after {b[:8]} {url}{b}" if url
+               else f"**Commits:** before {a[:8]}, after {b[:8]}")
+    if info.get("site_url"):
+        commits += f"; graphs: {graph_url(info['site_url'], machine, f'{BENCH}.Quick.{ANCHOR}', {})}"
+    gpu = [f"**GPU:** {cell(machine)}"]
+    details = info.get("machine_details") or {}
+    if details:
+        gpu[0] += " (" + ", ".join(f"{cell(k)} {cell(v)}" for k, v in details.items()) + ")"
+    if ab is not None and ab.get("gpu"):
+        gpu.append(f"the paired check ran on {cell(ab['gpu'])}")
+    peaks = info.get("peaks")
+    if peaks:
+        gpu.append(f"peaks {peaks[0]:.0f} TFLOP/s and {peaks[1]:.0f} GB/s (recorded)")
+    clocks = info.get("clocks") or (None, None)
+
+    def span(values):
+        return None if not values else (f"{min(values):.0f} MHz" if min(values) == max(values)
+                                        else f"{min(values):.0f}-{max(values):.0f} MHz")
+
+    shown = [f"{what} {span(v)}" for what, v in (("before", clocks[0]), ("after", clocks[1])) if span(v)]
+    if ab is not None:
+        paired = [c for r in ab["rows"] if (c := num(r.get("clock_mhz"))) is not None]
+        if span(paired):
+            shown.append(f"paired check {span(paired)}")
+    gpu.append("SM clock, median of each point's samples: " + ", ".join(shown) if shown
+               else "SM clock not recorded (no NVML on this machine)")
+    return [commits, "", "; ".join(gpu) + ".", ""]
+
+
+def machine_info(results_dir: Path, machine: str, commit: str) -> dict:
+    """From a commit's (already checked) results file: the machine's details asv recorded with it
+    beyond its name and python, and the peaks bench_machine recorded."""
+    files = sorted((results_dir / machine).glob(f"{commit[:8]}-*.json"))
+    data = json.loads(files[0].read_text())
+    details = {k: v for k, v in data["params"].items() if k not in ("machine", "python") and isinstance(v, (str, int, float))}
+    column = data["result_columns"].index("result")
+
+    def scalar(name):
+        row = data["results"].get(f"bench_machine.Machine.{name}")
+        value = row[column] if row and len(row) > column else None
+        value = value[0] if isinstance(value, list) and value else value
+        return num(value)
+
+    tflops, gbps = scalar("track_peak_tflops"), scalar("track_peak_gbps")
+    return {"machine_details": details, "peaks": (tflops, gbps) if tflops and gbps else None}
+
+
+def clocks_of(res: dict, bench: str) -> list[float]:
+    """The median SM clocks recorded at every point of the benchmarks bench selects."""
+    return [v for key, (_, pts) in res.items() if key.endswith(".track_sm_clock") and re.search(bench, key)
+            for v, _, _ in pts.values() if not isna(v) and v > 0]
+
+
+def load_ab(path: Path) -> dict:
+    """The paired check's --json file, as far as the comment reads it; a refusal when it is not."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise Refusal(f"--ab {path}: not readable JSON ({exc})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or not isinstance(data.get("exit"), int) or \
+            not all(isinstance(r, dict) and isinstance(r.get("status"), str) for r in data["rows"]) or \
+            not isinstance(data.get("failed", []), list):
+        raise Refusal(f"--ab {path}: not the JSON of `python -m verify_attn ab --json` (rows, exit)")
+    return data
+
+
+def kernels_changed(a: str, b: str) -> bool | None:
+    """Whether kernels/ differs between the two commits (None: git cannot tell)."""
+    proc = subprocess.run(["git", "diff", "--quiet", a, b, "--", "kernels"], cwd=ROOT, capture_output=True)
+    return {0: False, 1: True}.get(proc.returncode)
+
+
+def site_url() -> str | None:
+    """The published asv site: $VERIFY_ATTN_SITE_URL (set and empty: none), else the GitHub Pages
+    address of the GitHub repository that origin names (where gpu-main.yml deploys it)."""
+    import os
+
+    from .regressions import GITHUB, git
+
+    if "VERIFY_ATTN_SITE_URL" in os.environ:
+        return os.environ["VERIFY_ATTN_SITE_URL"] or None
+    match = GITHUB.fullmatch(git(ROOT, "remote", "get-url", "origin").stdout.strip())
+    return f"https://{match['owner'].lower()}.github.io/{match['repo']}/" if match else None
 
 
 def main(argv=None) -> int:
@@ -395,10 +657,13 @@ def report(argv) -> int:
     p.add_argument("after", help="the commit under review")
     p.add_argument("--machine", help="asv machine under results/ (default: the one that has both commits; "
                                      "with several, this box's, else the first)")
-    p.add_argument("--factor", type=float, default=1.03, help="the change a ratio must pass (default 1.03)")
+    p.add_argument("--factor", type=float, default=FACTOR, help=f"the change a ratio must pass (default {FACTOR})")
     p.add_argument("-b", "--bench", default="", help="only benchmarks matching this regex (e.g. Quick)")
     p.add_argument("--only-changed", action="store_true",
                    help="drop the unchanged and raw-only rows instead of folding them")
+    p.add_argument("--ab", type=Path, metavar="FILE",
+                   help="the paired check's rows (`python -m verify_attn ab BEFORE --json FILE`, run where kernels/ "
+                        "changed): then its verdict is the comment's, asv's rows shown beside it")
     p.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     p.add_argument("--results", type=Path, default=ROOT / "results", help="asv results directory")
     args = p.parse_args(argv)
@@ -429,10 +694,18 @@ def report(argv) -> int:
         raise Refusal(f"malformed {bench_file}: {exc}") from None
     rows = compare(a_res, b_res, benchmarks, args.factor, args.bench)
     cases = failed_cases(a_res, b_res) if re.search(args.bench, f"{BENCH}.QuickCases.track_error") else []
-    text, code = markdown(rows, a, b, machine, args.factor, args.only_changed, cases)
+    ab = load_ab(args.ab) if args.ab else None
+    from .regressions import commit_url
+
+    info = {**machine_info(args.results, machine, b), "kernels_changed": kernels_changed(a, b),
+            "commit_url": commit_url(ROOT), "site_url": site_url(),
+            "clocks": (clocks_of(a_res, args.bench), clocks_of(b_res, args.bench))}
+    text, code = markdown(rows, a, b, machine, args.factor, args.only_changed, cases, ab, info)
     if args.json:
         print(json.dumps({"before": a, "after": b, "machine": machine, "factor": args.factor, "exit": code,
-                          "failed_cases": cases, "rows": [asdict(r) | {"case": r.case} for r in rows]}, indent=1))
+                          "rule": "paired" if ab is not None else "asv", "verdict": text.splitlines()[0],
+                          "failed_cases": cases, "rows": [asdict(r) | {"case": r.case} for r in rows],
+                          "ab": ab}, indent=1))
     else:
         print(text, end="")
     return code

@@ -1,0 +1,307 @@
+"""The published site in a real browser (Chromium through Playwright, on the system's Chromium,
+nothing downloaded), offline: every request that is not to the local server is aborted and
+counted. The landing page answers "how fast is tc at 64K against FlashMLA and naive, and did the
+last commit regress?" from the real H200 results; its links lead to graphs and commits that
+exist; a graph page opens on plotted data; the regressions page loads; a crafted tag,
+parameter value or benchmark description in the results runs no script on any page."""
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from verify_attn_tools import landing, publish
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMIT_URL = "https://github.com/example/verify-attn/commit/"
+PAYLOAD = "<img src=x onerror=\"window.__pwned=(window.__pwned||0)+1\">"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """(playwright, the system Chromium's path): skipped, with the reason, where either is missing."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no chromium on PATH (the browser tests drive the system Chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
+                                   "(pip install it from requirements.txt; no browser download is needed)")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+        yield browser
+        browser.close()
+
+
+def serve(directory: Path):
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+class Watched:
+    """A page with the network cut off but for origin (and file://), and every console error,
+    uncaught exception, aborted or failed request and HTTP error collected in .errors."""
+
+    def __init__(self, browser, origin: str, width: int = 1280):
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.errors: list[str] = []
+        self.origin = origin
+
+        def route(r):
+            url = r.request.url
+            if url.startswith(origin) or url.startswith("file://"):
+                r.continue_()
+            else:
+                self.errors.append(f"request to another site: {url}")
+                r.abort("blockedbyclient")
+
+        self.context.route("**/*", route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type in ("error", "assert") and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"exception: {e}"))
+        self.page.on("requestfailed", lambda r: "blockedbyclient" not in (r.failure or "").lower()
+                     and self.errors.append(f"failed request: {r.url} ({r.failure})"))
+        self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status}: {r.url}"))
+        self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def open(self, path: str):
+        self.page.goto(self.origin + path)
+        self.page.wait_for_load_state("load")
+        return self.page
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture(scope="module")
+def h200_site(tmp_path_factory):
+    """publish of this checkout's real results (results/nvidia-h200) into a temporary html/."""
+    if not any((ROOT / "results").glob("*/*-*.json")):
+        pytest.skip("no results/ in this checkout")
+    html = tmp_path_factory.mktemp("h200") / "html"
+    old = os.environ.get("VERIFY_ATTN_COMMIT_URL")
+    os.environ["VERIFY_ATTN_COMMIT_URL"] = COMMIT_URL
+    try:
+        assert publish.publish(ROOT, html_dir=html) == 0
+    finally:
+        if old is None:
+            del os.environ["VERIFY_ATTN_COMMIT_URL"]
+        else:
+            os.environ["VERIFY_ATTN_COMMIT_URL"] = old
+    server, origin = serve(html)
+    yield html, origin
+    server.shutdown()
+    server.server_close()
+
+
+def newest(machine: str) -> str:
+    return landing.results_files(ROOT / "results", machine)[-1][0]
+
+
+def test_landing_answers_tc_at_64k(chromium, h200_site, tmp_path):
+    html, origin = h200_site
+    w = Watched(chromium, origin)
+    page = w.open("")
+    assert page.title().startswith("verify-attn bench")
+    sha = newest("nvidia-h200")
+    # tc and FlashMLA at heads 64, q_len 9, prefix 65,536 of the newest commit, with numbers.
+    rows = {}
+    for impl in ("tc", "flashmla", "naive"):
+        row = page.locator(f'[id="nvidia-h200-Chain-h64-q9-p65536-{impl}"]')
+        if impl == "naive" and row.count() == 0:  # naive is not timed at Chain's shapes: Quick's row
+            row = page.locator('[id="nvidia-h200-Quick-h64-q9-p65536-naive"]')
+        rows[impl] = row.locator("td").all_inner_texts()
+        assert re.fullmatch(r"\d+(\.\d+)?(e-?\d+)?", rows[impl][1]), (impl, rows[impl])
+    assert float(rows["tc"][1]) > 0 and float(rows["flashmla"][4]) == 1.0
+    assert float(rows["tc"][4]) == pytest.approx(float(rows["tc"][1]) / float(rows["flashmla"][1]), rel=0.01)
+    verdict = page.locator('[id="verdict-nvidia-h200"]').inner_text()
+    assert verdict and ("judged" in verdict or "slower" in verdict or "faster" in verdict), verdict
+    glance = page.locator(".glance").first.inner_text()
+    assert "tc at heads 64, q_len 9, prefix_len 65,536" in glance and "FlashMLA" in glance and "naive" in glance
+    assert page.locator(f'a[href="{COMMIT_URL}{sha}"]').count() >= 1
+
+    # Every link resolves: pages of the site exist, commits are commits of this repository.
+    hrefs = page.eval_on_selector_all("a[href]", "as => as.map(a => a.getAttribute('href'))")
+    commits = {h[len(COMMIT_URL):] for h in hrefs if h.startswith(COMMIT_URL)}
+    compare = COMMIT_URL.replace("/commit/", "/compare/")
+    compares = {x for h in hrefs if h.startswith(compare) for x in h[len(compare):].split("...")}
+    assert compares and all(re.fullmatch(r"[0-9a-f]{40}", c) for c in commits | compares), (commits, compares)
+    for c in commits | compares:
+        assert subprocess.run(["git", "cat-file", "-e", f"{c}^{{commit}}"], cwd=ROOT).returncode == 0, c
+    local = {h.split("#")[0] for h in hrefs if not h.startswith(("http:", "https:"))}
+    assert {"asv.html", "plots/index.html"} <= local
+    for target in local:
+        assert (html / unquote(target)).is_file(), target
+    graphs = [h for h in hrefs if h.startswith("asv.html#bench_verify_attn.")]
+    assert len(graphs) >= 20 and all(re.fullmatch(r"[\w.%\-&=?#]+", h) for h in graphs)
+
+    # A graph link opens on its point, drawn.
+    tc_graph = page.locator('[id="nvidia-h200-Chain-h64-q9-p65536-tc"] a').first.get_attribute("href")
+    page.goto(origin + tc_graph)
+    series = page.wait_for_function("""() => {
+        const plot = window.jQuery && jQuery.active === 0 && jQuery('#main-graph').data('plot');
+        const s = plot ? plot.getData().filter(s => s.data && s.data.some(p => p[1] !== null)) : [];
+        return s.length ? s.map(s => s.label || '') : null;
+    }""", timeout=30000).json_value()
+    assert len(series) == 1, series
+    page.screenshot(path=str(tmp_path / "graph.png"))
+
+    # Readable at a phone's width: the page itself does not scroll sideways (the table does).
+    m = Watched(chromium, origin, width=390)
+    mpage = m.open("")
+    assert mpage.evaluate("document.documentElement.scrollWidth") <= 400
+    assert mpage.locator('[id="nvidia-h200-Chain-h64-q9-p65536-tc"]').is_visible()
+    mpage.screenshot(path=str(tmp_path / "landing-mobile.png"), full_page=True)
+    page.goto(origin)
+    page.screenshot(path=str(tmp_path / "landing.png"), full_page=True)
+    page.wait_for_timeout(300)
+    assert w.errors == [] and m.errors == []
+    w.close()
+    m.close()
+
+
+def test_graph_pages_open_on_data(chromium, h200_site):
+    """A grid tile's link names no parameters: Quick's graph opens at prefix 65,536 (Quick times
+    no prefix 0, asv's first value) on a log axis, every curve with points."""
+    html, origin = h200_site
+    w = Watched(chromium, origin)
+    page = w.open("asv.html")
+    page.wait_for_function("document.querySelectorAll('#summarygrid-display .benchmark-container').length > 20")
+    page.click('a[href="#bench_verify_attn.Quick.track_time"]')
+    page.wait_for_function("location.hash.indexOf('?') > 0")
+    hash_ = unquote(page.evaluate("location.hash"))
+    assert "p-prefix_len=65536" in hash_ and "y-axis-scale=log" in hash_ and "p-impl='tc'" in hash_, hash_
+    drawn = page.wait_for_function("""() => {
+        const plot = jQuery.active === 0 && jQuery('#main-graph').data('plot');
+        if (!plot) return null;
+        const s = plot.getData().filter(s => s.data && s.data.length);
+        return s.length ? s.map(s => s.data.filter(p => p[1] !== null).length) : null;
+    }""", timeout=30000).json_value()
+    assert drawn and all(n > 0 for n in drawn), drawn
+    assert page.locator("#log-scale.active").count() == 1
+    # The regressions page and the way back to the landing page.
+    page.goto(origin + "asv.html#/regressions")
+    page.wait_for_function("jQuery.active === 0 && jQuery('#regressions-display').is(':visible') "
+                           "&& jQuery('#regressions-body').children().length > 0")
+    assert page.locator('#nav a[href="index.html"]').count() == 1
+    # An old link to asv's page (index.html#...) still lands there.
+    page.goto(origin + "index.html#/regressions")
+    page.wait_for_function("location.pathname === '/asv.html' && jQuery('#regressions-display').is(':visible')")
+    page.wait_for_timeout(300)
+    assert w.errors == []
+    w.close()
+
+
+def test_the_watch_catches_errors(chromium, h200_site):
+    """The checks above can fail: a console error, an exception, a request to another site and
+    a missing file are all caught."""
+    _, origin = h200_site
+    w = Watched(chromium, origin)
+    page = w.open("")
+    page.evaluate("setTimeout(() => { console.error('canary'); throw new Error('canary'); })")
+    page.evaluate("fetch('https://cdn.jsdelivr.net/npm/jquery@3.3.1/dist/jquery.min.js').catch(() => 0);"
+                  "fetch('/no-such-file.js').catch(() => 0)")
+    page.wait_for_timeout(800)
+    assert any("console: canary" in e for e in w.errors) and any("exception" in e for e in w.errors), w.errors
+    assert any(e.startswith("request to another site: https://cdn.jsdelivr.net/") for e in w.errors), w.errors
+    assert any(e.startswith("HTTP 404") and "no-such-file.js" in e for e in w.errors), w.errors
+    w.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Crafted names (issue 18): a git tag, a parameter value, a benchmark's description and unit
+# holding markup run no script on any page of the published site.
+
+def git(repo, *args, env=None):
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True,
+                          capture_output=True, text=True, env=env).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def crafted_site(tmp_path_factory):
+    from asv import results as asv_results, runner, util
+
+    repo = tmp_path_factory.mktemp("crafted") / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / "asv.conf.json", repo)
+    shutil.copytree(ROOT / "asv_plugins", repo / "asv_plugins", ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "benchmarks").mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    shas = []
+    for n in range(3):
+        (repo / "n.txt").write_text(str(n))
+        when = f"2026-01-0{n + 1}T00:00:00"
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", f"commit {n}", "--date", when, env=dict(os.environ, GIT_COMMITTER_DATE=when))
+        shas.append(git(repo, "rev-parse", "HEAD"))
+    git(repo, "tag", PAYLOAD.replace(" ", "/").replace('"', ""), shas[1])  # a tag name: no spaces or quotes
+    crafted = repr(PAYLOAD)  # a parameter value: a Python literal holding markup
+    params = [["64"], ["9"], ["65536"], ["'tc'", "'flashmla'", crafted]]
+    names = ["heads", "q_len", "prefix_len", "impl"]
+    series = {f"bench_verify_attn.Chain.{m}": (params, names) for m in
+              ("track_time", "track_time_vs_anchor", "track_time_vs_naive", "track_time_vs_roofline")}
+    results = repo / "results"
+    (results / "gpu").mkdir(parents=True)
+    (results / "gpu" / "machine.json").write_text(json.dumps({"machine": "gpu", "version": 1}))
+    util.write_json(str(results / "benchmarks.json"), {
+        name: {"name": name, "params": p, "param_names": pn, "type": "track", "unit": f"s {PAYLOAD}",
+               "pretty_name": f"time {PAYLOAD}", "version": "1", "code": PAYLOAD, "timeout": 60}
+        for name, (p, pn) in series.items()}, api_version=2)
+    for n, sha in enumerate(shas):
+        res = asv_results.Results({"machine": "gpu"}, {}, sha, 1767225600000 + n * 86400000, "3.11",
+                                  "reuse-py3.11", {})
+        for name, (p, _) in series.items():
+            vals = [1e-4 * (1 if n < 2 else 2), 8e-5, 3e-4] if "vs" not in name else [1.0 * (1 if n < 2 else 2), 1, 1.0 * (1 if n < 2 else 2)]
+            samples = [[v * (1 + k / 1000) for k in range(15)] for v in vals]
+            res.add_result({"name": name, "params": p, "version": "1"},
+                           runner.BenchmarkResult(vals, samples, [None] * 3, 0, "", None), record_samples=True)
+        res.save(str(results))
+    assert publish.publish(repo) == 0
+    html = repo / "html"
+    assert PAYLOAD not in (html / "index.html").read_text()
+    server, origin = serve(html)
+    yield html, origin
+    server.shutdown()
+    server.server_close()
+
+
+def test_crafted_names_run_no_script(chromium, crafted_site):
+    html, origin = crafted_site
+    regressions = json.loads((html / "regressions.json").read_text())["regressions"]
+    assert any("onerror" in r[0] for r in regressions), "the crafted value must reach the regressions page"
+    w = Watched(chromium, origin)
+    page = w.open("")
+    visits = [("", "document.readyState === 'complete'"),
+              ("asv.html", "document.querySelectorAll('#summarygrid-display .benchmark-container').length > 0"),
+              ("asv.html#/summarylist", "jQuery.active === 0 && jQuery('#summarylist-display tbody tr').length > 0"),
+              ("asv.html#/regressions", "jQuery.active === 0 && jQuery('#regressions-body tr').length > 0"),
+              ("asv.html#bench_verify_attn.Chain.track_time_vs_anchor",
+               "jQuery.active === 0 && jQuery('#main-graph canvas.flot-base').length > 0")]
+    for path, ready in visits:
+        page.goto(origin + path)
+        page.wait_for_function(ready, timeout=30000)
+        page.wait_for_timeout(300)
+        assert [e for e in w.errors if "/x" not in e] == [], (path, w.errors)
+        assert page.evaluate("window.__pwned") is None, path
+    page.goto(origin + "asv.html#bench_verify_attn.Chain.track_time_vs_anchor?p-impl=" +
+              repr(PAYLOAD).replace("<", "%3C").replace(">", "%3E").replace('"', "%22").replace(" ", "%20"))
+    page.wait_for_function("jQuery.active === 0 && jQuery('#main-graph canvas.flot-base').length > 0")
+    assert page.evaluate("window.__pwned") is None
+    assert page.get_by_text(PAYLOAD.split(" ")[0], exact=False).count() >= 1  # shown as text
+    assert [e for e in w.errors if "/x" not in e] == [], w.errors  # the <img src=x> shown as text loads nothing
+
+    # The check can fail: the same payload put into a page as HTML does run.
+    page.evaluate(f"document.body.insertAdjacentHTML('beforeend', {json.dumps(PAYLOAD)})")
+    page.wait_for_function("window.__pwned >= 1", timeout=5000)
+    w.close()
