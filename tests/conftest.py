@@ -1,7 +1,10 @@
+import functools
+import http.server
 import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,3 +71,80 @@ def checkout_copy(tmp: Path, history: bool = False) -> tuple[Path, dict]:
     env = dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_GRID="tiny",
                VERIFY_ATTN_DEVICE="cpu", VERIFY_ATTN_BASE_PYTHON=sys.executable)
     return repo, env
+
+
+# ---------------------------------------------------------------------------------------
+# The site in a real browser: the system's Chromium driven through Playwright (nothing
+# downloaded), offline but for the local server that serves the site.
+
+def _missing(what: str):
+    """Skip with the reason; on CI, which installs Chromium and Playwright (.ci/run), fail."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} (CI installs it in .ci/run)")
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Chromium (Playwright's Browser) on the system's binary; skipped, with the
+    reason, where the binary or the playwright package is missing."""
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        _missing("no chromium on PATH (the browser tests drive the system Chromium)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _missing("the playwright package is not installed (requirements-test.txt; no browser download is needed)")
+    with sync_api.sync_playwright() as pw:
+        # No host name resolves but the local server's: a request the route below lets through
+        # by mistake still reaches nothing.
+        browser = pw.chromium.launch(executable_path=exe, args=[
+            "--no-sandbox", "--disable-gpu", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"])
+        yield browser
+        browser.close()
+
+
+def serve(directory: Path):
+    """(server, origin): directory on a local HTTP server at a free port, in a thread."""
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+class Watched:
+    """A page with the network cut off but for origin (and file://), and every console error,
+    uncaught exception, aborted or failed request and HTTP error collected in .errors."""
+
+    def __init__(self, browser, origin: str, width: int = 1280):
+        self.context = browser.new_context(viewport={"width": width, "height": 900})
+        self.errors: list[str] = []
+        self.origin = origin
+
+        def route(r):
+            url = r.request.url
+            if url.startswith(origin) or url.startswith("file://"):
+                r.continue_()
+            else:
+                self.errors.append(f"request to another site: {url}")
+                r.abort("blockedbyclient")
+
+        self.context.route("**/*", route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type in ("error", "assert") and self.errors.append(f"console: {m.text}"))
+        self.page.on("pageerror", lambda e: self.errors.append(f"exception: {e}"))
+        self.page.on("requestfailed", lambda r: "blockedbyclient" not in (r.failure or "").lower()
+                     and self.errors.append(f"failed request: {r.url} ({r.failure})"))
+        self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status}: {r.url}"))
+        self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
+
+    def open(self, path: str):
+        self.page.goto(self.origin + path)
+        self.page.wait_for_load_state("load")
+        return self.page
+
+    def close(self):
+        self.context.close()

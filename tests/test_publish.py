@@ -4,44 +4,25 @@ CSS served from the site itself, and every page rendered in a real headless Chro
 cannot reach the network, with no failed request and no console or script error."""
 
 import ast
-import base64
-import fcntl
-import functools
-import http.server
 import itertools
 import json
 import os
-import queue
 import shutil
-import signal
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
 import pytest
 
-from conftest import copy_files
+from conftest import Watched, copy_files, serve
 from verify_attn import machine
 from verify_attn_tools import assets, plots, publish
 
 ROOT = Path(__file__).resolve().parent.parent
-CI = os.environ.get("CI") == "true"
 KINDS = ("roofline", "speedup", "peak_fraction", "chain", "history")
 CPU_KINDS = tuple(k for k in KINDS if k != "chain")  # the tiny CPU grid has no Chain points
-
-
-def need(tool: str) -> str:
-    """The tool's path; skipped where it is absent, except on CI, where it must be there."""
-    path = shutil.which(tool)
-    if path is None:
-        if CI:
-            pytest.fail(f"{tool} is not installed (CI installs it in .ci/run)")
-        pytest.skip(f"{tool} is not installed")
-    return path
 
 
 def run(cmd, cwd, env=None):
@@ -278,170 +259,21 @@ def _page(html: Path, text: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------------
-# The browser test: every page of the published site in headless Chromium, from a local
-# server, with every request to another site blocked (no DNS, and refused by the DevTools
-# protocol): no failed request, no console error, no script error.
-
-class Browser:
-    """Headless Chromium over the DevTools protocol on --remote-debugging-pipe (NUL-terminated
-    JSON on fds 3 and 4): no websocket client, nothing to install but Chromium. Offline but for
-    `origin`: no host name resolves but 127.0.0.1, and every request elsewhere is refused.
-    Collects console errors, uncaught exceptions, refused and failed requests, HTTP errors."""
-
-    FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1280,900", "--enable-logging=stderr",
-             "--v=0", "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
-
-    def __init__(self, exe: str, profile: Path, log: Path, origin: str):
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        # bash moves Chromium's ends onto fds 3 and 4, where it looks for them; first out of the
-        # way (10 and up), so that neither is one of 3 and 4 already.
-        child = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10) for fd in (to_r, from_w)]
-        os.close(to_r)
-        os.close(from_w)
-        to_r, from_w = child
-        self.log = open(log, "wb")
-        self.proc = subprocess.Popen(
-            ["bash", "-c", f'exec "$0" "$@" 3<&{to_r} 4>&{from_w} {to_r}<&- {from_w}>&-', exe, *self.FLAGS,
-             f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank"],
-            pass_fds=(to_r, from_w), stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
-            start_new_session=True)
-        os.close(to_r)
-        os.close(from_w)
-        self.out = os.fdopen(to_w, "wb", buffering=0)
-        self.inbox: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read, args=(from_r,), daemon=True).start()
-        self.origin, self.ids, self.urls = origin, itertools.count(1), {}
-        self.errors: list[str] = []
-        target = self.call("Target.createTarget", url="about:blank", timeout=60)["targetId"]
-        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        for method in ("Page.enable", "Runtime.enable", "Log.enable", "Network.enable"):
-            self.call(method, session=self.session)
-        self.call("Fetch.enable", session=self.session, patterns=[{"urlPattern": "*"}])
-
-    def _read(self, fd):
-        buf = bytearray()
-        while chunk := os.read(fd, 1 << 16):
-            buf += chunk
-            while (end := buf.find(b"\0")) >= 0:
-                self.inbox.put(json.loads(buf[:end]))
-                del buf[: end + 1]
-        os.close(fd)
-        self.inbox.put(None)
-
-    def send(self, method, session=None, **params) -> int:
-        msg = {"id": next(self.ids), "method": method, "params": params}
-        if session:
-            msg["sessionId"] = session
-        self.out.write(json.dumps(msg).encode() + b"\0")
-        return msg["id"]
-
-    def _next(self, deadline):
-        try:
-            msg = self.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return "timeout"
-        if msg is None:
-            raise RuntimeError(f"Chromium exited; see {self.log.name}")
-        if "method" in msg:
-            self._event(msg["method"], msg.get("params", {}))
-        return msg
-
-    def call(self, method, session=None, timeout=30, **params) -> dict:
-        want, deadline = self.send(method, session, **params), time.monotonic() + timeout
-        while (msg := self._next(deadline)) != "timeout":
-            if msg.get("id") == want:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-        raise TimeoutError(method)
-
-    def pump(self, seconds):
-        deadline = time.monotonic() + seconds
-        while self._next(deadline) != "timeout":
-            pass
-
-    def _event(self, method, p):
-        if method == "Fetch.requestPaused":
-            url, rid = p["request"]["url"], p["requestId"]
-            if url.startswith(self.origin):
-                self.send("Fetch.continueRequest", self.session, requestId=rid)
-            else:
-                self.errors.append(f"request to another site: {url}")
-                self.send("Fetch.failRequest", self.session, requestId=rid, errorReason="BlockedByClient")
-        elif method == "Network.requestWillBeSent":
-            self.urls[p["requestId"]] = p["request"]["url"]
-        elif method == "Network.loadingFailed" and not p.get("canceled"):
-            self.errors.append(f"failed request: {self.urls.get(p['requestId'])} ({p['errorText']})")
-        elif method == "Network.responseReceived" and p["response"]["status"] >= 400:
-            self.errors.append(f"HTTP {p['response']['status']}: {p['response']['url']}")
-        elif method == "Runtime.consoleAPICalled" and p["type"] in ("error", "assert"):
-            self.errors.append("console: " + " ".join(str(a.get("value", a.get("description"))) for a in p["args"]))
-        elif method == "Runtime.exceptionThrown":
-            d = p["exceptionDetails"]
-            self.errors.append(f"exception: {d.get('exception', {}).get('description') or d['text']}")
-        elif method == "Log.entryAdded" and p["entry"]["level"] == "error":
-            self.errors.append(f"log: {p['entry']['text']} {p['entry'].get('url', '')}")
-
-    def open(self, url):
-        result = self.call("Page.navigate", self.session, url=url)
-        assert "errorText" not in result, result
-
-    def evaluate(self, expression):
-        r = self.call("Runtime.evaluate", self.session, expression=expression, returnByValue=True)
-        assert "exceptionDetails" not in r, r["exceptionDetails"]
-        return r["result"].get("value")
-
-    def wait_for(self, expression, timeout=30):
-        """The first truthy value of a JS expression, polled while events are handled (and
-        again where a navigation under way took the page it was evaluated in)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if value := self.evaluate(expression):
-                    return value
-            except RuntimeError as exc:
-                if "navigated" not in str(exc) and "context" not in str(exc):
-                    raise
-            self.pump(0.2)
-        raise AssertionError(f"timed out waiting for {expression}; errors: {self.errors}; "
-                             f"at {self.evaluate('location.href')}")
-
-    def screenshot(self, path: Path) -> Path:
-        path.write_bytes(base64.b64decode(self.call("Page.captureScreenshot", self.session, format="png")["data"]))
-        return path
-
-    def close(self):
-        try:
-            self.call("Browser.close", timeout=10)
-            self.proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - whatever state it is in, it must go
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        self.out.close()
-        self.log.close()
-
+# The browser test: every page of the published site in headless Chromium (Playwright on the
+# system's Chromium, conftest.chromium), from a local server, with every request to another
+# site refused and no host name but 127.0.0.1 resolving: no failed request, no console
+# error, no script error.
 
 @pytest.fixture
-def site(published, tmp_path):
-    """The published html/ as it is, on a local server (random free port), in an offline Chromium."""
-    chromium = need("chromium")
+def site(published, chromium):
+    """The published html/ as it is, on a local server (random free port), in an offline page."""
     html = published / "html"
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(html)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    origin = f"http://127.0.0.1:{server.server_address[1]}/"
-    browser = Browser(chromium, tmp_path / "profile", tmp_path / "chromium.log", origin)
+    server, origin = serve(html)
+    watched = Watched(chromium, origin)
     try:
-        yield browser, origin, html
+        yield watched, origin, html
     finally:
-        browser.close()
+        watched.close()
         server.shutdown()
         server.server_close()
 
@@ -452,89 +284,93 @@ def assert_screenshot(path: Path):
     assert len(np.unique(image.reshape(-1, image.shape[-1]), axis=0)) > 50, f"{path} is nearly blank"
 
 
+def screenshot(page, path: Path) -> Path:
+    page.screenshot(path=str(path))
+    return path
+
+
 def test_site_renders_offline_in_chromium(site, tmp_path):
-    browser, origin, html = site
+    w, origin, html = site
+    page = w.open("asv.html")
 
     # asv's front page: the summary grid filled in, the Plots link shown, a tile's graph drawn
     # (asv draws a tile once it is scrolled into view) with both commits in it.
-    browser.open(origin + "asv.html")
-    names = browser.wait_for("""(() => {
+    names = page.wait_for_function("""() => {
         const boxes = [...document.querySelectorAll('#summarygrid-display .benchmark-container')];
         const link = document.querySelector('#nav a[href="plots/index.html"]');
         return boxes.length && link && link.offsetParent !== null ? boxes.map(b => b.textContent) : null;
-    })()""")
+    }""").json_value()
     assert "Heads8.track_time" in names and len(names) > 20, names
-    assert browser.evaluate("[...document.scripts].filter(s => s.src && !s.src.startsWith(location.origin)).length") == 0
-    points = browser.wait_for("""(() => {
+    assert page.evaluate("[...document.scripts].filter(s => s.src && !s.src.startsWith(location.origin)).length") == 0
+    points = page.wait_for_function("""() => {
         const tile = document.getElementById('summarygrid-bench_verify_attn.Heads8.track_time');
         tile.scrollIntoView();
         window.dispatchEvent(new Event('scroll'));
         const plot = jQuery(tile).data('plot');
         return plot && tile.querySelector('canvas.flot-base') ? plot.getData()[0].data.length : 0;
-    })()""")
+    }""").json_value()
     assert points == 2
-    assert_screenshot(browser.screenshot(tmp_path / "asv.png"))
+    assert_screenshot(screenshot(page, tmp_path / "asv.png"))
 
     # Every graph page the grid links to (one per benchmark): flot draws it, every file loads.
-    links = browser.evaluate("[...document.querySelectorAll('#summarygrid-display a.benchmark-container')]"
-                             ".map(a => a.getAttribute('href'))")
+    links = page.eval_on_selector_all("#summarygrid-display a.benchmark-container",
+                                      "as => as.map(a => a.getAttribute('href'))")
     benchmarks = json.loads((html / "index.json").read_text())["benchmarks"]
     assert sorted(links) == sorted(f"#{name}" for name in benchmarks)
     drawn = {}
     for link in links:
-        browser.evaluate(f"jQuery('#main-graph').removeData('plot'), location.hash = {json.dumps(link)}")
-        drawn[link] = browser.wait_for("""(() => {
+        page.evaluate("link => { jQuery('#main-graph').removeData('plot'); location.hash = link; }", link)
+        drawn[link] = page.wait_for_function("""() => {
             const plot = jQuery.active === 0 && jQuery('#graph-display').is(':visible') && jQuery('#main-graph').data('plot');
             return plot ? {series: plot.getData().filter(s => s.data && s.data.length).length} : null;
-        })()""")
+        }""").json_value()
     assert drawn["#bench_verify_attn.Heads8.track_time_vs_naive"]["series"] >= 1, drawn
-    browser.evaluate("location.hash = '#bench_verify_attn.Heads8.track_time_vs_naive'")
-    browser.wait_for("jQuery.active === 0 && jQuery('#main-graph canvas.flot-base').length > 0")
-    assert_screenshot(browser.screenshot(tmp_path / "graph.png"))
+    page.evaluate("location.hash = '#bench_verify_attn.Heads8.track_time_vs_naive'")
+    page.wait_for_function("jQuery.active === 0 && jQuery('#main-graph canvas.flot-base').length > 0")
+    assert_screenshot(screenshot(page, tmp_path / "graph.png"))
 
     # The benchmark list (sorted by stupidtable) and the regressions page.
-    browser.evaluate("location.hash = '#/summarylist'")
-    rows = browser.wait_for("""jQuery.active === 0 && jQuery('#summarylist-display').is(':visible')
-        && jQuery('#summarylist-display table tbody tr').length""")
+    page.evaluate("location.hash = '#/summarylist'")
+    rows = page.wait_for_function("""jQuery.active === 0 && jQuery('#summarylist-display').is(':visible')
+        && jQuery('#summarylist-display table tbody tr').length""").json_value()
     assert rows >= 14
-    browser.evaluate("jQuery('#summarylist-display table thead th').first().click(), 0")
-    browser.wait_for("jQuery('#summarylist-display table thead th.sorting-asc, "
-                     "#summarylist-display table thead th.sorting-desc').length > 0")
-    browser.evaluate("location.hash = '#/regressions'")
-    browser.wait_for("jQuery.active === 0 && jQuery('#regressions-display').is(':visible') "
-                     "&& jQuery('#regressions-body').children().length > 0")
-    assert_screenshot(browser.screenshot(tmp_path / "regressions.png"))
+    page.locator("#summarylist-display table thead th").first.click()
+    page.wait_for_function("jQuery('#summarylist-display table thead th.sorting-asc, "
+                           "#summarylist-display table thead th.sorting-desc').length > 0")
+    page.evaluate("location.hash = '#/regressions'")
+    page.wait_for_function("jQuery.active === 0 && jQuery('#regressions-display').is(':visible') "
+                           "&& jQuery('#regressions-body').children().length > 0")
+    assert_screenshot(screenshot(page, tmp_path / "regressions.png"))
 
     # The link leads to the plots page, whose every image loads.
-    browser.open(origin + "asv.html")
-    browser.wait_for("document.querySelector('#nav-li-plots a') !== null")
-    browser.evaluate("document.querySelector('#nav-li-plots a').click()")
-    browser.wait_for("location.pathname === '/plots/index.html' && document.readyState === 'complete'")
-    images = browser.wait_for("""(() => {
+    page = w.open("asv.html")
+    page.locator("#nav-li-plots a").click()
+    page.wait_for_function("location.pathname === '/plots/index.html' && document.readyState === 'complete'")
+    images = page.wait_for_function("""() => {
         const imgs = [...document.images];
         return imgs.length && imgs.every(i => i.complete)
             ? imgs.map(i => ({src: i.getAttribute('src'), alt: i.alt, width: i.naturalWidth})) : null;
-    })()""")
+    }""").json_value()
     assert sorted(i["src"] for i in images) == sorted(p.name for p in (html / "plots").glob("*.png"))
     assert all(i["width"] > 0 and i["alt"] for i in images), images
-    assert browser.evaluate("document.querySelector('a[href=\"../index.html\"]') !== null")
-    assert_screenshot(browser.screenshot(tmp_path / "plots.png"))
+    assert page.locator('a[href="../index.html"]').count() >= 1
+    assert_screenshot(screenshot(page, tmp_path / "plots.png"))
 
     # asv's own error page (shown when a script fails to load) loads too, though nothing links to it now.
-    browser.open(origin + "error.html")
-    browser.wait_for("document.readyState === 'complete' && document.images[0].complete")
+    page = w.open("error.html")
+    page.wait_for_function("document.readyState === 'complete' && document.images[0].complete")
 
-    browser.pump(0.5)  # late errors (a failed image, a script error after load) still count
-    assert browser.errors == []
+    page.wait_for_timeout(500)  # late errors (a failed image, a script error after load) still count
+    assert w.errors == []
 
     # The watch itself works: a console error, an uncaught exception, a request to another
     # site (refused) and a missing file on the server are all caught.
-    browser.evaluate("setTimeout(() => { console.error('canary'); throw new Error('canary'); })")
-    browser.pump(0.5)
-    assert len(browser.errors) == 2 and all("canary" in e for e in browser.errors), browser.errors
-    browser.errors.clear()
-    browser.evaluate("fetch('https://cdn.jsdelivr.net/npm/jquery@3.3.1/dist/jquery.min.js').catch(() => 0);"
-                     "fetch('/no-such-file.js').catch(() => 0)")
-    browser.pump(1.0)
-    assert any(e.startswith("request to another site: https://cdn.jsdelivr.net/") for e in browser.errors), browser.errors
-    assert any(e.startswith("HTTP 404:") and "no-such-file.js" in e for e in browser.errors), browser.errors
+    page.evaluate("setTimeout(() => { console.error('canary'); throw new Error('canary'); })")
+    page.wait_for_timeout(500)
+    assert len(w.errors) == 2 and all("canary" in e for e in w.errors), w.errors
+    w.errors.clear()
+    page.evaluate("fetch('https://cdn.jsdelivr.net/npm/jquery@3.3.1/dist/jquery.min.js').catch(() => 0);"
+                  "fetch('/no-such-file.js').catch(() => 0)")
+    page.wait_for_timeout(1000)
+    assert any(e.startswith("request to another site: https://cdn.jsdelivr.net/") for e in w.errors), w.errors
+    assert any(e.startswith("HTTP 404:") and "no-such-file.js" in e for e in w.errors), w.errors

@@ -5,83 +5,22 @@ last commit regress?" from the real H200 results; its links lead to graphs and c
 exist; a graph page opens on plotted data; the regressions page loads; a crafted tag,
 parameter value or benchmark description in the results runs no script on any page."""
 
-import functools
-import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 
+from conftest import Watched, serve
 from verify_attn_tools import landing, publish
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMIT_URL = "https://github.com/example/verify-attn/commit/"
 PAYLOAD = "<img src=x onerror=\"window.__pwned=(window.__pwned||0)+1\">"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """(playwright, the system Chromium's path): skipped, with the reason, where either is missing."""
-    exe = shutil.which("chromium") or shutil.which("chromium-browser")
-    if exe is None:
-        pytest.skip("no chromium on PATH (the browser tests drive the system Chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright package is not installed "
-                                   "(pip install it from requirements.txt; no browser download is needed)")
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
-        yield browser
-        browser.close()
-
-
-def serve(directory: Path):
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(directory)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/"
-
-
-class Watched:
-    """A page with the network cut off but for origin (and file://), and every console error,
-    uncaught exception, aborted or failed request and HTTP error collected in .errors."""
-
-    def __init__(self, browser, origin: str, width: int = 1280):
-        self.context = browser.new_context(viewport={"width": width, "height": 900})
-        self.errors: list[str] = []
-        self.origin = origin
-
-        def route(r):
-            url = r.request.url
-            if url.startswith(origin) or url.startswith("file://"):
-                r.continue_()
-            else:
-                self.errors.append(f"request to another site: {url}")
-                r.abort("blockedbyclient")
-
-        self.context.route("**/*", route)
-        self.page = self.context.new_page()
-        self.page.on("console", lambda m: m.type in ("error", "assert") and self.errors.append(f"console: {m.text}"))
-        self.page.on("pageerror", lambda e: self.errors.append(f"exception: {e}"))
-        self.page.on("requestfailed", lambda r: "blockedbyclient" not in (r.failure or "").lower()
-                     and self.errors.append(f"failed request: {r.url} ({r.failure})"))
-        self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status}: {r.url}"))
-        self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
-
-    def open(self, path: str):
-        self.page.goto(self.origin + path)
-        self.page.wait_for_load_state("load")
-        return self.page
-
-    def close(self):
-        self.context.close()
 
 
 @pytest.fixture(scope="module")
