@@ -21,7 +21,8 @@ import math
 
 from verify_attn import anchor, grid, registry, suite
 
-# The impl parameter of every grid class (a kernel's pinned-path variants are Quick's alone).
+# The implementations in the order asv's pages open on (a kernel's pinned-path variants are
+# Quick's alone); each grid class's impl parameter is the part of it its selection measures.
 IMPLS = [i for i in registry.display_order(suite.device()) if i not in grid.VARIANTS]
 
 
@@ -29,7 +30,7 @@ class GridBenchmark(abc.ABC):
     """Abstract, so asv does not collect it: each subclass defines its own setup_cache
     (asv keys the cache by the defining line, so an inherited one would be shared)."""
 
-    params = [list(grid.Q_LENS), list(grid.PREFIX_LENS), IMPLS]
+    params = [list(grid.Q_LENS), list(grid.PREFIX_LENS), grid.impls_of("full", IMPLS)]
     param_names = ["q_len", "prefix_len", "impl"]
     timeout = 1200  # setup_cache measures the whole grid, builds included
     version = "1"   # fixed: asv would otherwise hash the source and orphan the history
@@ -44,7 +45,11 @@ class GridBenchmark(abc.ABC):
         """The measured point of these parameters: (heads, q_len, prefix_len, impl)."""
         return (self.heads if self.heads is not None else grid["heads"][0], *params)
 
+    part = None  # the key of this class's measurement in a setup_cache shared by classes
+
     def setup(self, grid, *params):
+        if self.part is not None:
+            grid = grid[self.part]
         self.entry = grid["results"].get(self.key(grid, params))
         if self.entry is None:
             raise NotImplementedError("not in this device's grid")

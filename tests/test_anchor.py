@@ -20,8 +20,15 @@ def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
     computed = []
     reference_of = candidate.reference_of
     monkeypatch.setattr(candidate, "reference_of", lambda inputs: computed.append(1) or reference_of(inputs))
-    got = measure_case(case, ["naive", "flash", "torch", "tc"], Timer("cpu", samples=5, warmup_s=0.0), anchor_ns=ns)
+    timer = Timer("cpu", samples=5, warmup_s=0.0)
+    orders = []
+    time_many = timer.time_many
+    monkeypatch.setattr(timer, "time_many", lambda variants, **kw: orders.append((list(variants), kw)) or
+                        time_many(variants, **kw))
+    got = measure_case(case, ["naive", "flash", "torch", "tc"], timer, anchor_ns=ns)
     assert len(computed) == 1  # one float64 reference for the point, its yardsticks' checks included
+    # each kernel beside its twin, every other round reversed
+    assert orders == [(["naive", f"naive@{ns}", "flash", f"flash@{ns}", "torch"], {"reverse_odd_rounds": True})]
     for impl in ("naive", "flash"):
         r = got[impl]
         assert r.anchor_of == f"{impl}@{anchor.NS}" and len(r.anchor) == len(r.timing.samples) == 5

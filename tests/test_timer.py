@@ -62,3 +62,10 @@ def test_unreadable_clock_warns_once_and_is_recorded(monkeypatch):
 def test_gpu_timer_screens_clocks_with_nvml():
     timing = Timer("cuda", samples=3).time([lambda: torch.cuda._sleep(100000)])
     assert timing.clock_screened and timing.sm_clock_mhz > 0
+
+
+def test_reversed_odd_rounds_put_each_neighbour_first_half_the_time():
+    order = []
+    Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0).time_many(
+        {v: [lambda v=v: order.append(v)] for v in "abc"}, reverse_odd_rounds=True)
+    assert order[6:] == list("abc" "cba" "abc" "cba")  # after each variant's calibration (2 calls each)

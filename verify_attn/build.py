@@ -260,7 +260,7 @@ def _compile(lib: Path, verbose: bool) -> None:
     cuda = tgt["cuda"] is not None
     build = _build_dir()
     files = spec(cuda).files()
-    _ninja(NAME, build, files, [n for n in files if not n.endswith(".h")], CXX_FLAGS, CUDA_FLAGS, (),
+    _ninja(NAME, build, files, [n for n in files if not n.endswith(HEADER_SUFFIXES)], CXX_FLAGS, CUDA_FLAGS, (),
            tgt["arch"] if cuda else None, verbose)
     _publish(build / f"{NAME}.so", lib)
 
@@ -278,6 +278,9 @@ def _ninja(name: str, build: Path, files: dict[str, bytes], sources, cxx_flags, 
         (src / fname).parent.mkdir(parents=True, exist_ok=True)
         _write_if_changed(src / fname, data)
     _ensure_ninja_on_path()
+    # torch's own baton: a build killed midway leaves build/lock behind, and every later load
+    # would wait on it for ever. Our lock (_locked) is held here, so no builder of ours is using it.
+    (build / "lock").unlink(missing_ok=True)
     cuda = arch is not None
     env_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if cuda:

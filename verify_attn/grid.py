@@ -55,16 +55,19 @@ NONE = Selection((), (), ())
 # A kernel's pinned-path variants (tc_mma) are gated and timed in Quick, where the paired PR
 # check and the history watch them; the grids time each kernel's own path only.
 VARIANTS = tuple(n for n, i in registry.IMPLS.items() if i.variant_of)
+# Implementations that take chain trees only (FlashMLA): left out of the random-tree
+# selections, where every point would skip them (asv would still run each as n/a).
+CHAIN_ONLY = tuple(n for n, i in registry.IMPLS.items() if i.trees == "chain")
 # The chain tree (a causal mask, which FlashMLA also takes) at the shapes FlashMLA is
 # compared on; kv rows padded to its 64-token pages. Naive adds nothing here.
 CHAIN = Selection(HEADS, (9, 65), (2048, 16384, 65536), exclude=("naive", *VARIANTS), tree="chain", pad_to=64)
 # Naive stays at batch 1: at batch 32 it would take seconds a call.
-SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive", *VARIANTS))
+SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive", *VARIANTS, *CHAIN_ONLY))
 NO_SERVING = Serving((), (), ())
 # What each asv class measures, by device. The CPU grid is what 2 cores finish in minutes.
 SELECTIONS = {
     "cuda": {
-        "full": Selection(HEADS, Q_LENS, PREFIX_LENS, exclude=VARIANTS),
+        "full": Selection(HEADS, Q_LENS, PREFIX_LENS, exclude=(*VARIANTS, *CHAIN_ONLY)),
         # The pull-request subset (asv -b Quick), the kernels under test at every head count:
         # heads 64 at the headline prefixes (launch-bound at 2K, split-heavy at 64K); heads 16
         # and 8, where a block holds fewer heads and more tree tokens (rows = heads x q_len)
@@ -74,12 +77,12 @@ SELECTIONS = {
         "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test",
                            extra=((16, 9, 65536), (16, 33, 16384), (8, 9, 65536))),
         # Cold L2 matters where the cache rows fit in the 60 MiB L2: short prefixes.
-        "cold": Selection((64,), (9,), (2048, 16384), exclude=VARIANTS),
+        "cold": Selection((64,), (9,), (2048, 16384), exclude=(*VARIANTS, *CHAIN_ONLY)),
         "chain": CHAIN,
         "serving": SERVING,
     },
     "cpu": {
-        "full": Selection((8, 16), (9, 17), (0, 2048), exclude=VARIANTS),
+        "full": Selection((8, 16), (9, 17), (0, 2048), exclude=(*VARIANTS, *CHAIN_ONLY)),
         "quick": Selection((8,), (9,), (0, 2048), "under_test"),
         "cold": NONE,
         "chain": Selection((8,), (9,), (2048,), exclude=("naive", *VARIANTS), tree="chain", pad_to=64),
@@ -90,11 +93,25 @@ SELECTIONS = {
              "cold": NONE, "chain": NONE, "serving": NO_SERVING},
 }
 
-# The asv classes' parameter values: every value any device's selection uses.
+# The asv classes' parameter values: every value any device's selection uses (asv runs every
+# combination of a class's values as a process of its own, so none that no point has).
 CHAIN_PARAMS = (HEADS, CHAIN.q_lens, CHAIN.prefix_lens)
+COLD_PARAMS = tuple(tuple(sorted({pt[k] for table in SELECTIONS.values() for pt in table["cold"].points()}))
+                    for k in (1, 2))  # q_lens, prefix_lens (heads 64 only)
 QUICK_PARAMS = tuple(tuple(sorted({pt[k] for table in SELECTIONS.values() for pt in table["quick"].points()}))
                      for k in range(3))  # heads, q_lens, prefix_lens
 SERVING_PARAMS = (SERVING.batches, SERVING.heads, SERVING.q_lens)
+
+
+def impls_of(variant: str, ordered) -> list[str]:
+    """Of these implementations (in their order), those that the GPU's or the CPU's selection
+    of the variant measures: the impl parameter of the variant's asv class."""
+    def measured(sel) -> set[str]:
+        chosen = registry.under_test() if sel.impls == "under_test" else registry.names()
+        return set(chosen) - set(sel.exclude) if sel.points() else set()
+
+    wanted = set().union(*(measured(SELECTIONS[device][variant]) for device in ("cuda", "cpu")))
+    return [i for i in ordered if i in wanted]
 # The history's headline: heads 64, q_len 9, three prefixes, for these implementations.
 HEADLINE = {"heads": 64, "q_len": 9, "prefix_lens": (2048, 16384, 65536), "impls": ("flash", "tc")}
 # What `measure` times by default, and what the GPU check's speed step shows.

@@ -10,6 +10,7 @@ by content under the build cache.
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import json
 import os
@@ -114,8 +115,11 @@ def report() -> dict:
     cached = build.cache_dir() / "resources" / f"{key}.json"
     if cached.exists():
         return json.loads(cached.read_text())
-    result = {arch: {name: _compile(src / name, arch, spec.cuda_flags) for name in spec.kernel_sources}
-              for arch in ARCHS}
+    # One nvcc per (architecture, source), all at once: tc's two architectures set the time.
+    jobs = [(arch, name) for arch in ARCHS for name in spec.kernel_sources]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
+        done = dict(zip(jobs, pool.map(lambda job: _compile(src / job[1], job[0], spec.cuda_flags), jobs)))
+    result = {arch: {name: done[arch, name] for name in spec.kernel_sources} for arch in ARCHS}
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(result, indent=1))

@@ -52,7 +52,7 @@ def library(repo: Path, rev: str, ns: str) -> tuple[build.Library, list[str]]:
     files = {n: renamed(git(repo, "show", f"{rev}:kernels/{n}", text=False), ns) for n in names}
     files.update({n: renamed(t.encode(), ns) for n, t in spec.generated.items()})
     define = (f"-Dverify_attn={ns}",)
-    lib = build.Library(name=f"verify_attn_{ns}", files=files, sources=tuple(n for n in files if not n.endswith(".h")),
+    lib = build.Library(name=f"verify_attn_{ns}", files=files, sources=tuple(n for n in files if not n.endswith(build.HEADER_SUFFIXES)),
                         cxx_flags=build.CXX_FLAGS + define, cuda_flags=build.CUDA_FLAGS + define,
                         arch=build.target()["arch"])
     return lib, [i.name for i in impls]

@@ -135,17 +135,24 @@ class Timer:
     def time(self, calls: Sequence[Callable]) -> Timing:
         return self.time_many({"_": calls})["_"]
 
-    def time_many(self, variants: dict[str, Sequence[Callable]]) -> dict[str, Timing]:
+    def time_many(self, variants: dict[str, Sequence[Callable]], reverse_odd_rounds: bool = False) -> dict[str, Timing]:
         """Time several variants side by side: their samples alternate, so drift in clocks or
-        temperature over the run touches every variant alike."""
+        temperature over the run touches every variant alike. reverse_odd_rounds: every other
+        round runs the variants in reverse order, so two neighbours each follow the other
+        equally often (a pair's ratio then carries no order effect: what the previous call
+        left in the caches, the clock after a long call)."""
         plan = {name: self._calibrate(calls) for name, calls in variants.items()}
         results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _, _) in plan.items()}
         want = {name: min(self.samples, self.slow_samples) if per_call > self.slow_call_s and self.slow_samples
                 else self.samples for name, (_, _, per_call) in plan.items()}
         clocks = {name: [] for name in variants}
-        offset = 0
+        offset, rounds = 0, 0
         while any(len(r.samples) < want[name] for name, r in results.items()):
-            for name, calls in variants.items():
+            order = list(variants.items())
+            if reverse_odd_rounds and rounds % 2:
+                order.reverse()
+            rounds += 1
+            for name, calls in order:
                 res = results[name]
                 if len(res.samples) >= want[name]:
                     continue
