@@ -351,3 +351,22 @@ def test_names_from_result_files_and_ab_rows_are_escaped(results, capsys):
     out = capsys.readouterr().out
     assert "<img" not in out and "[l]" not in out and "@team" not in out
     assert "@\u200dteam &lt;img src=x&gt; &#91;l&#93;(http://e)" in out
+
+
+def test_a_series_accepted_json_does_not_judge_is_shown_not_deciding(results, capsys, monkeypatch, tmp_path):
+    """An entry of benchmarks/accepted.json with commit null (ColdL2's pairs, the peers') takes
+    its series off the verdict, as off the regressions page."""
+    path, a, b = results
+    slower = {**dict.fromkeys(COMBOS, 1.0), (65536, "tc"): 1.5}
+    write(path, "nvidia-h200", b, BASE, anchor=slower)
+    assert run(path, a, b) == 1
+    root = tmp_path / "root"
+    (root / "benchmarks").mkdir(parents=True)
+    (root / "benchmarks" / "accepted.json").write_text(json.dumps([{
+        "commit": None, "series": r"bench_verify_attn\.Quick\.track_time_vs_anchor\(.*65536, 'tc'\)",
+        "reason": "not judged here"}]))
+    unjudged = report.not_judged
+    monkeypatch.setattr(report, "not_judged", lambda: unjudged(root))
+    capsys.readouterr()
+    assert run(path, a, b) == 0
+    assert "raw only" in capsys.readouterr().out

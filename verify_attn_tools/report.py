@@ -230,9 +230,24 @@ def isna(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+def not_judged(root: Path = ROOT) -> list[re.Pattern]:
+    """The series benchmarks/accepted.json takes off the judged list with commit null (ColdL2's
+    pairs, the peers'): report shows them as the regressions page does, not deciding."""
+    from .regressions import ACCEPTED
+
+    path = root / ACCEPTED
+    try:
+        entries = json.loads(path.read_text()) if path.exists() else []
+        return [re.compile(e["series"]) for e in entries if e.get("commit", "") is None]
+    except (ValueError, TypeError, KeyError, AttributeError, re.error) as exc:
+        raise Refusal(f"{ACCEPTED}: not a list of entries with a series regex ({exc}); "
+                      f"python -m verify_attn publish names the entry") from None
+
+
 def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> list[Row]:
     from asv.commands.compare import _is_result_better
 
+    unjudged = not_judged()
     rows = []
     keys = sorted(k for k in set(a) | set(b) if k.endswith(f".{TIME}") and re.search(bench, k))
     for key in keys:
@@ -251,6 +266,8 @@ def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> li
                 continue  # measured in neither: not this device's grid, or skipped both times
             pa, pb = xa.get(combo, NA), xb.get(combo, NA)
             ma, mb = (None if isna(p[0]) else median(p[2]) if p[2] else p[0] for p in (pa, pb))
+            if any(r.search(f"{BENCH}.{cls}.{ANCHOR}({', '.join(map(repr, combo))})") for r in unjudged):
+                ma = mb = None  # shown with its raw times, never deciding
             case, impl = label(cls, param_names(key, benchmarks, len(combo)), combo)
             ratio, judged, significant = None, False, False
             if (vb is None and va is not None) or (pb[0] is None and pa[0] is not None):
