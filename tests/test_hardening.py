@@ -329,3 +329,24 @@ def test_interrupted_ab_ends_what_its_build_started(tmp_path):
         revision.library = library
         """, ["ab", "HEAD", "--impl", "flash"])
     assert code == 130, err
+
+
+def test_ending_the_children_ends_what_left_their_group():
+    """asv's forkserver starts a session of its own: ending asv's group alone left it running."""
+    from verify_attn_tools.children import Children
+
+    kids = Children()
+    code = ("import subprocess, sys, time; "
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+            "print(p.pid, flush=True); time.sleep(120)")
+    parent = kids.popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    escaped = int(parent.stdout.readline())
+    assert os.getpgid(escaped) != os.getpgid(parent.pid)
+    kids.end(grace=5)
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{escaped}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    gone = not os.path.exists(f"/proc/{escaped}")
+    if not gone:
+        os.kill(escaped, signal.SIGKILL)
+    assert gone, "the process in a session of its own outlived end()"

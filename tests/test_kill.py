@@ -6,6 +6,7 @@ The write is caught in the middle by running asv in a wrapper process whose json
 writes half, signals, and waits: the kill then lands exactly inside asv's write.
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from verify_attn_tools.children import descendants
 from conftest import checkout_copy, git
 
 # asv in-process, with json.dump of results files slowed to a stop halfway through.
@@ -74,6 +77,17 @@ def repo(tmp_path_factory):
     return repo, env
 
 
+def kill_all(run: subprocess.Popen) -> None:
+    """SIGKILL asv's group, as a lost machine would, and then what it started in sessions of
+    its own (its forkserver), which would otherwise outlive the test."""
+    below = descendants(run.pid)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    for pid in below:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_kill_during_a_benchmark_and_during_the_write(repo, tmp_path):
     repo, env = repo
     results = repo / "results"
@@ -86,8 +100,7 @@ def test_kill_during_a_benchmark_and_during_the_write(repo, tmp_path):
     run = subprocess.Popen(asv_cmd("run", "--machine", "ci", "--record-samples", "-b", "Heads8", "HEAD^!"), cwd=repo,
                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for(lambda: progress.exists() and progress.read_text(), 300, "a benchmark to start")
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
+    kill_all(run)
     after = parse_all(results)
     assert {k: v for k, v in after.items() if k in before} == before, "an earlier result changed"
 
@@ -98,8 +111,7 @@ def test_kill_during_a_benchmark_and_during_the_write(repo, tmp_path):
                             "Heads8", "HEAD^!"], cwd=repo, env=slow, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
     wait_for(marker.exists, 600, "the results write")
-    os.killpg(run.pid, signal.SIGKILL)
-    run.wait()
+    kill_all(run)
     after = parse_all(results)
     assert {k: v for k, v in after.items() if k in before} == before, "an earlier result changed"
 

@@ -53,6 +53,9 @@ class Children:
         with self.lock:
             self.closing = True
             groups = set(self.groups)
+        # Taken first: a descendant in a session of its own (asv's forkserver) is outside the
+        # group, and once its parent dies it is no longer found below anything of ours.
+        below = {p for g in groups for p in descendants(g)}
         for sig in (signal.SIGTERM, signal.SIGKILL):
             alive = [g for g in groups if _signal_group(g, sig)]
             deadline = time.monotonic() + grace
@@ -60,8 +63,9 @@ class Children:
                 time.sleep(0.05)
                 alive = [g for g in alive if _signal_group(g, 0)]
             if not alive:
-                return
+                break
             groups = set(alive)
+        _end_pids(below, grace)
 
 
 def _signal_group(pgid: int, sig: int) -> bool:
@@ -98,23 +102,28 @@ def descendants(pid: int | None = None) -> list[int]:
     return found
 
 
-def end_descendants(grace: float = 3.0) -> None:
-    """SIGTERM then SIGKILL whatever this process still has running below it (a build's ninja and
-    nvcc, started by torch in this process group)."""
+def _end_pids(pids, grace: float) -> None:
+    """SIGTERM then SIGKILL these processes, each while it is still running."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = descendants()
+        pids = [p for p in pids if os.path.exists(f"/proc/{p}") and not _zombie(p)]
         for pid in pids:
             with contextlib.suppress(OSError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + grace
         while pids and time.monotonic() < deadline:
-            for pid in pids:
+            for pid in pids:  # our own children: reaped, not left as zombies
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
             pids = [p for p in pids if os.path.exists(f"/proc/{p}") and not _zombie(p)]
             time.sleep(0.05)
         if not pids:
             return
+
+
+def end_descendants(grace: float = 3.0) -> None:
+    """SIGTERM then SIGKILL whatever this process still has running below it (a build's ninja and
+    nvcc, started by torch in this process group)."""
+    _end_pids(descendants(), grace)
 
 
 def _zombie(pid: int) -> bool:
