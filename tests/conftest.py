@@ -136,7 +136,11 @@ class Watched:
         self.page = self.context.new_page()
         self.page.on("console", lambda m: m.type in ("error", "assert") and self.errors.append(f"console: {m.text}"))
         self.page.on("pageerror", lambda e: self.errors.append(f"exception: {e}"))
+        # net::ERR_ABORTED on our own origin is a load the page cancelled (it navigated on while
+        # asv's grid was still fetching its summaries, on a loaded machine): not an error; a
+        # missing file still shows as its HTTP 404 below.
         self.page.on("requestfailed", lambda r: "blockedbyclient" not in (r.failure or "").lower()
+                     and not (r.url.startswith(origin) and "err_aborted" in (r.failure or "").lower())
                      and self.errors.append(f"failed request: {r.url} ({r.failure})"))
         self.page.on("response", lambda r: r.status >= 400 and self.errors.append(f"HTTP {r.status}: {r.url}"))
         self.page.on("dialog", lambda d: (self.errors.append(f"dialog: {d.message}"), d.dismiss()))
