@@ -254,6 +254,14 @@ def alive(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] != "Z"
 
 
+def cmdline(pid: int) -> list[bytes]:
+    """pid's argv, or [] once it has exited (a short-lived child may go between listing and reading)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
+
+
 def interrupt(tmp_path: Path, patch: str, argv: list[str], sig=signal.SIGTERM, grandchild=False) -> tuple[int, str]:
     """Run `python -m verify_attn ARGV` with PATCH applied first (a command replaced by a long
     sleep), wait for the sleep, send sig to the verb's process alone; assert the sleep is gone and
@@ -276,8 +284,7 @@ def interrupt(tmp_path: Path, patch: str, argv: list[str], sig=signal.SIGTERM, g
         deadline = time.monotonic() + 120
         while not sleeps and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.2)
-            sleeps = [p for p in descendants(proc.pid)
-                      if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", str(secs).encode()]]
+            sleeps = [p for p in descendants(proc.pid) if cmdline(p)[:2] == [b"sleep", str(secs).encode()]]
         assert sleeps, f"the sleep never started: {proc.poll()} {proc.stderr.read() if proc.poll() is not None else ''}"
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=60)
