@@ -370,3 +370,19 @@ def test_a_series_accepted_json_does_not_judge_is_shown_not_deciding(results, ca
     capsys.readouterr()
     assert run(path, a, b) == 0
     assert "raw only" in capsys.readouterr().out
+
+
+def test_a_malformed_accepted_json_is_a_refusal_naming_the_entry(tmp_path):
+    """report reads benchmarks/accepted.json through the regressions page's own loader: the same
+    checks, the same message (entry and field), as a refusal rather than a traceback."""
+    (tmp_path / "benchmarks").mkdir()
+    path = tmp_path / "benchmarks" / "accepted.json"
+    path.write_text(json.dumps([{"commit": None, "series": "a", "reason": "r"}, {"commit": None, "reason": "r"}]))
+    with pytest.raises(report.Refusal, match=r"entry 2: 'series' is missing"):
+        report.not_judged(tmp_path)
+    path.write_text(json.dumps([{"commit": None, "series": "(", "reason": "r"}]))
+    with pytest.raises(report.Refusal, match=r"entry 1: 'series' is not a regular expression"):
+        report.not_judged(tmp_path)
+    path.write_text(json.dumps([{"commit": None, "series": "x\\.y", "reason": "r"},
+                                {"commit": "abc1234", "series": "z", "reason": "r"}]))
+    assert [p.pattern for p in report.not_judged(tmp_path)] == ["x\\.y"]

@@ -84,18 +84,16 @@ def results_files(results_dir: Path, machine: str) -> list[tuple[str, int]]:
     return sorted(out, key=lambda c: c[1])
 
 
-def machine_values(results_dir: Path, machine: str, commit: str) -> dict[str, float]:
-    """{benchmark: value} of a commit's unparametrized machine series (bench_machine: ceilings,
-    driver, clocks), which report's loader leaves out."""
+MACHINE_SUITE = "bench_machine"  # unparametrized series of the machine: ceilings, driver, clocks
+
+
+def machine_values(res: dict) -> dict[str, float]:
+    """{benchmark: value} of the machine series in a commit's loaded results."""
     out = {}
-    for path in sorted((results_dir / machine).glob(f"{commit[:8]}-*.json"))[:1]:
-        data = json.loads(path.read_text())
-        column = data["result_columns"].index("result")
-        for key, row in data["results"].items():
-            vals = row[column] if isinstance(row, list) and len(row) > column else None
-            if key.startswith("bench_machine.") and isinstance(vals, list) and len(vals) == 1 \
-                    and isinstance(vals[0], (int, float)):
-                out[key] = float(vals[0])
+    for key, (_, pts) in res.items():
+        v = pts.get((), (None,))[0]
+        if key.startswith(f"{MACHINE_SUITE}.") and isinstance(v, (int, float)) and not report.isna(v):
+            out[key] = float(v)
     return out
 
 
@@ -138,7 +136,9 @@ def change_words(row: report.Row | None) -> tuple[str, str]:
 
 def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     commits = results_files(results_dir, name)
-    loaded = [report.load(results_dir, name, sha) for sha, _ in commits]
+    loaded = [report.load(results_dir, name, sha, (BENCH, MACHINE_SUITE)) for sha, _ in commits]
+    recorded = machine_values(loaded[-1]) if loaded else {}
+    loaded = [{k: v for k, v in res.items() if k.startswith(f"{BENCH}.")} for res in loaded]
     new = loaded[-1] if loaded else {}
     old = loaded[-2] if len(loaded) > 1 else {}
     rows = report.compare(old, new, benchmarks, report.FACTOR, "") if new else []
@@ -173,7 +173,6 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
                      "no significant change" if judged else
                      "not judged: the previous commit has no drift-free series (raw times only)")
         m.summary += f" ({judged} of {len(rows)} points judged on the drift-free series)"
-    recorded = machine_values(results_dir, name, commits[-1][0]) if commits else {}
     tf = recorded.get("bench_machine.Machine.track_peak_tflops", math.nan)
     bw = recorded.get("bench_machine.Machine.track_peak_gbps", math.nan)
     clocks = [v for k, (_, pts) in new.items() if k.endswith(".track_sm_clock")

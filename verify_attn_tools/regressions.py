@@ -47,25 +47,23 @@ def on_branches(root: Path, commit: str, branches: list[str]) -> str | None:
     return None
 
 
-def accepted_rules(root: Path, branches: list[str]) -> dict[str, str | None]:
-    """regressions_first_commits entries for benchmarks/accepted.json (none without the file):
-    the series regex, tagged with a regex comment naming the commit (two steps accepted in one
-    series stay two keys; asv starts after the latest commit that matches), to the full hash."""
+def load_accepted(root: Path) -> list[dict]:
+    """benchmarks/accepted.json's entries, each checked (fields, a non-empty string or a null
+    commit, a series that compiles); [] without the file. Raises AcceptedError naming the entry
+    and the field."""
     path = root / ACCEPTED
     if not path.exists():
-        return {}
+        return []
     try:
         entries = json.loads(path.read_text())
     except ValueError as exc:
         raise AcceptedError(f"{ACCEPTED}: not JSON: {exc}") from None
     if not isinstance(entries, list):
         raise AcceptedError(f"{ACCEPTED}: a list of entries {{{', '.join(map(repr, FIELDS))}}} expected")
-    rules = {}
     for n, entry in enumerate(entries, 1):
         if not isinstance(entry, dict):
             raise AcceptedError(f"{ACCEPTED}, entry {n}: an object with {', '.join(map(repr, FIELDS))} expected")
-        commit = entry.get("commit")
-        where = f"{ACCEPTED}, entry {n}" + (f" (commit {commit})" if isinstance(commit, str) else "")
+        where = where_of(n, entry)
         extra = sorted(set(entry) - set(FIELDS))
         if extra:
             raise AcceptedError(f"{where}: {extra[0]!r} is not a field (fields: {', '.join(map(repr, FIELDS))})")
@@ -80,13 +78,34 @@ def accepted_rules(root: Path, branches: list[str]) -> dict[str, str | None]:
             re.compile(entry["series"])
         except re.error as exc:
             raise AcceptedError(f"{where}: 'series' is not a regular expression: {exc}") from None
+    return entries
+
+
+def where_of(n: int, entry: dict) -> str:
+    commit = entry.get("commit")
+    return f"{ACCEPTED}, entry {n}" + (f" (commit {commit})" if isinstance(commit, str) else "")
+
+
+def not_judged(root: Path) -> list[re.Pattern]:
+    """The series taken off the judged list for good (entries whose commit is null)."""
+    return [re.compile(e["series"]) for e in load_accepted(root) if e["commit"] is None]
+
+
+def accepted_rules(root: Path, branches: list[str]) -> dict[str, str | None]:
+    """regressions_first_commits entries for benchmarks/accepted.json (none without the file):
+    the series regex, tagged with a regex comment naming the commit (two steps accepted in one
+    series stay two keys; asv starts after the latest commit that matches), to the full hash."""
+    rules = {}
+    for n, entry in enumerate(load_accepted(root), 1):
+        commit = entry["commit"]
         if commit is None:
             rules[f"{entry['series']}(?#not judged)"] = None
             continue
         # A hash, never a name: a branch or tag would move the accepted step with it.
         sha = on_branches(root, commit, branches) if re.fullmatch(r"[0-9a-f]{7,40}", commit) else None
         if sha is None:
-            raise AcceptedError(f"{where}: 'commit' {commit!r} is not the hash of a commit on {' or '.join(branches)}")
+            raise AcceptedError(f"{where_of(n, entry)}: 'commit' {commit!r} is not the hash of a commit on "
+                                f"{' or '.join(branches)}")
         rules[f"{entry['series']}(?#accepted {commit})"] = sha
     return rules
 

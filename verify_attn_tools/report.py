@@ -164,10 +164,10 @@ def machines_with(results_dir: Path, *hashes: str) -> list[str]:
     return found
 
 
-def load(results_dir: Path, machine: str, commit: str) -> dict:
-    """{benchmark key: (version, points)} of commit's results on machine, all read here so that a
-    malformed file is refused in one line (asv's own iterator skips it with a warning, which
-    would read as no results)."""
+def load(results_dir: Path, machine: str, commit: str, suites: tuple[str, ...] = (BENCH,)) -> dict:
+    """{benchmark key: (version, points)} of commit's results on machine for the benchmark
+    modules `suites`, all read here so that a malformed file is refused in one line (asv's own
+    iterator skips it with a warning, which would read as no results)."""
     from asv import results as asv_results, util
 
     files = sorted((results_dir / machine).glob(f"{commit[:8]}-*.json"))
@@ -177,7 +177,7 @@ def load(results_dir: Path, machine: str, commit: str) -> dict:
     try:
         res = asv_results.Results.load(str(files[0]), machine_name=machine)
         return {key: (res.benchmark_version.get(key), points(res, key)) for key in res.get_all_result_keys()
-                if key.startswith(f"{BENCH}.")}
+                if key.split(".")[0] in suites}
     except (util.UserError, OSError, ValueError, TypeError, KeyError, IndexError, AttributeError, SyntaxError) as exc:
         raise Refusal(f"malformed results file {files[0]}: {exc}") from None
 
@@ -233,15 +233,12 @@ def isna(v) -> bool:
 def not_judged(root: Path = ROOT) -> list[re.Pattern]:
     """The series benchmarks/accepted.json takes off the judged list with commit null (ColdL2's
     pairs, the peers'): report shows them as the regressions page does, not deciding."""
-    from .regressions import ACCEPTED
+    from . import regressions
 
-    path = root / ACCEPTED
     try:
-        entries = json.loads(path.read_text()) if path.exists() else []
-        return [re.compile(e["series"]) for e in entries if e.get("commit", "") is None]
-    except (ValueError, TypeError, KeyError, AttributeError, re.error) as exc:
-        raise Refusal(f"{ACCEPTED}: not a list of entries with a series regex ({exc}); "
-                      f"python -m verify_attn publish names the entry") from None
+        return regressions.not_judged(root)
+    except regressions.AcceptedError as exc:
+        raise Refusal(str(exc)) from None
 
 
 def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> list[Row]:
