@@ -199,7 +199,8 @@ def test_malformed_accepted_refuses_before_html(site, tmp_path, monkeypatch, cap
     (None, None),
 ])
 def test_commit_url(tmp_path, monkeypatch, remote, url):
-    monkeypatch.delenv("VERIFY_ATTN_COMMIT_URL", raising=False)
+    for name in ("VERIFY_ATTN_COMMIT_URL", "GITHUB_SERVER_URL", "GITHUB_REPOSITORY"):
+        monkeypatch.delenv(name, raising=False)
     git(tmp_path, "init", "-q")
     if remote:
         git(tmp_path, "remote", "add", "origin", remote)
@@ -207,4 +208,17 @@ def test_commit_url(tmp_path, monkeypatch, remote, url):
     monkeypatch.setenv("VERIFY_ATTN_COMMIT_URL", "https://git.example.org/c/")  # the variable first
     assert regressions.commit_url(tmp_path) == "https://git.example.org/c/"
     monkeypatch.setenv("VERIFY_ATTN_COMMIT_URL", "")  # set and empty: no links
+    assert regressions.commit_url(tmp_path) is None
+
+
+def test_commit_url_of_a_github_actions_job(tmp_path, monkeypatch):
+    """A workflow publishes from a checkout whose origin need not be GitHub's address (act: a
+    local path): the job's own repository names the commit pages; a malformed one names none."""
+    monkeypatch.delenv("VERIFY_ATTN_COMMIT_URL", raising=False)
+    git(tmp_path, "init", "-q")
+    git(tmp_path, "remote", "add", "origin", "/srv/mirror/verify-attn.git")
+    monkeypatch.setenv("GITHUB_SERVER_URL", "https://github.com")
+    monkeypatch.setenv("GITHUB_REPOSITORY", "acme/verify-attn")
+    assert regressions.commit_url(tmp_path) == "https://github.com/acme/verify-attn/commit/"
+    monkeypatch.setenv("GITHUB_REPOSITORY", 'acme/x"><script>')
     assert regressions.commit_url(tmp_path) is None

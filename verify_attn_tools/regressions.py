@@ -112,9 +112,14 @@ def accepted_rules(root: Path, branches: list[str]) -> dict[str, str | None]:
 
 def commit_url(root: Path) -> str | None:
     """asv's show_commit_url, the address a commit's hash is appended to: $VERIFY_ATTN_COMMIT_URL
-    (set and empty: none), else the commit pages of the GitHub repository that `git remote get-url
-    origin` names, else None (asv's pages then link no commit)."""
+    (set and empty: none), else the repository a GitHub Actions job runs for ($GITHUB_SERVER_URL,
+    $GITHUB_REPOSITORY: the workflows publish from a checkout whose origin may be a local path),
+    else the commit pages of the GitHub repository that `git remote get-url origin` names, else
+    None (asv's pages then link no commit)."""
     if "VERIFY_ATTN_COMMIT_URL" in os.environ:
         return os.environ["VERIFY_ATTN_COMMIT_URL"] or None
+    server, repo = os.environ.get("GITHUB_SERVER_URL", ""), os.environ.get("GITHUB_REPOSITORY", "")
+    if re.fullmatch(r"https://[\w.-]+(:\d+)?", server) and re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+        return f"{server}/{repo}/commit/"
     match = GITHUB.fullmatch(git(root, "remote", "get-url", "origin").stdout.strip())
     return f"https://github.com/{match['owner']}/{match['repo']}/commit/" if match else None
