@@ -129,6 +129,12 @@ def test_graph_pages_open_on_data(chromium, h200_site):
     }""", timeout=30000).json_value()
     assert drawn and all(n > 0 for n in drawn), drawn
     assert page.locator("#log-scale.active").count() == 1
+    # Commit labels on the time axis: where the drift-free series start against the anchor.
+    anchor = next(t for t in json.loads((html / "index.json").read_text())["tags"] if t.startswith("anchor "))
+    assert page.locator("#main-graph div", has_text=anchor).count() >= 1
+    # The machine's details in its tooltip.
+    page.hover("#machine-nvidia-h200, .btn:text-is('nvidia-h200')")
+    assert "driver" in page.locator(".tooltip-inner").first.inner_text(timeout=10000)
     # The regressions page and the way back to the landing page.
     page.goto(origin + "asv.html#/regressions")
     page.wait_for_function("jQuery.active === 0 && jQuery('#regressions-display').is(':visible') "
@@ -140,6 +146,34 @@ def test_graph_pages_open_on_data(chromium, h200_site):
     page.wait_for_timeout(300)
     assert w.errors == []
     w.close()
+
+
+def test_graph_pages_carry_machine_details_and_commit_labels(h200_site):
+    """index.json, which asv's graph pages read: the machine's tooltip holds its recorded driver,
+    CUDA, SMs and clocks; labelled lines mark the anchor's first commit and the accepted steps."""
+    html, _ = h200_site
+    index = json.loads((html / "index.json").read_text())
+    info = index["machines"]["nvidia-h200"]
+    assert {"driver", "CUDA", "SMs", "SM clock", "ceilings"} <= set(info), info
+    assert re.fullmatch(r"\d+", info["SMs"]) and "TFLOP/s" in info["ceilings"], info
+    assert info["details recorded at"] == f"commit {newest('nvidia-h200')[:8]}"
+    hash_of = index["revision_to_hash"]
+    tags = {t: hash_of[str(r)] for t, r in index["tags"].items()}
+    anchors = [t for t in tags if t.startswith("anchor ")]
+
+    def anchor_versions(sha: str) -> set:
+        data = json.loads(next((ROOT / "results" / "nvidia-h200").glob(f"{sha[:8]}-*.json")).read_text())
+        column = data["result_columns"].index("version")
+        return {row[column] for k, row in data["results"].items() if k.endswith(".track_time_vs_anchor")}
+
+    first = {}  # each anchor's first commit
+    for sha, _ in landing.results_files(ROOT / "results", "nvidia-h200"):
+        for version in anchor_versions(sha):
+            first.setdefault(version.replace("-", " ", 1), sha)
+    assert first and {t: tags[t] for t in anchors} == first, (anchors, first)
+    accepted = {t for t in tags if t.startswith("accepted ")}
+    assert accepted == {"accepted 0e15fd2", "accepted 528910d"}
+    assert all(tags[t].startswith(t.split()[1]) for t in accepted)
 
 
 def test_the_watch_catches_errors(chromium, h200_site):

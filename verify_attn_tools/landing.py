@@ -97,6 +97,37 @@ def machine_values(res: dict) -> dict[str, float]:
     return out
 
 
+def machine_details(recorded: dict[str, float], clocks: list[float] = ()) -> dict[str, str]:
+    """{what: description} of a machine from its recorded machine series (machine_values) and the
+    SM clocks sampled during the commit's timings (track_sm_clock): the landing page's machine
+    line and the machine's tooltip on asv's graph pages."""
+    out = {}
+    tf = recorded.get(f"{MACHINE_SUITE}.Machine.track_peak_tflops")
+    bw = recorded.get(f"{MACHINE_SUITE}.Machine.track_peak_gbps")
+    if tf is not None and bw is not None:
+        out["ceilings"] = f"{tf:.0f} TFLOP/s, {bw / 1e3:.2f} TB/s (bench_machine.Machine)"
+    if clocks:
+        clocks = sorted(clocks)
+        out["SM clock while timing"] = (f"median {clocks[len(clocks) // 2]:.0f} MHz over {len(clocks)} points "
+                                        f"({clocks[0]:.0f}-{clocks[-1]:.0f}, track_sm_clock)")
+    gpu = {f: recorded.get(f"{MACHINE_SUITE}.Gpu.track_{f}")
+           for f in ("driver_version", "cuda_version", "sm_count", "max_sm_clock", "app_sm_clock", "power_limit")}
+    if gpu["driver_version"] is None:
+        out["driver, CUDA and clocks"] = "not recorded at this commit (bench_machine.Gpu)"
+    else:
+        out["driver"] = f"{gpu['driver_version']:g}"
+        if gpu["cuda_version"] is not None:
+            out["CUDA"] = f"{gpu['cuda_version']:.1f}"
+        if gpu["sm_count"] is not None:
+            out["SMs"] = f"{gpu['sm_count']:.0f}"
+        if gpu["max_sm_clock"] is not None:
+            out["SM clock"] = f"max {gpu['max_sm_clock']:.0f} MHz" + (
+                f" (application {gpu['app_sm_clock']:.0f})" if gpu["app_sm_clock"] is not None else "")
+        if gpu["power_limit"] is not None:
+            out["power limit"] = f"{gpu['power_limit']:.0f} W (bench_machine.Gpu)"
+    return out
+
+
 def value(res: dict, cls: str, metric: str, combo: tuple):
     v = res.get(f"{BENCH}.{cls}.{metric}", (None, {}))[1].get(combo, report.NA)[0]
     return None if report.isna(v) else v
@@ -173,25 +204,9 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
                      "no significant change" if judged else
                      "not judged: the previous commit has no drift-free series (raw times only)")
         m.summary += f" ({judged} of {len(rows)} points judged on the drift-free series)"
-    tf = recorded.get("bench_machine.Machine.track_peak_tflops", math.nan)
-    bw = recorded.get("bench_machine.Machine.track_peak_gbps", math.nan)
     clocks = [v for k, (_, pts) in new.items() if k.endswith(".track_sm_clock")
               for (v, _, _) in pts.values() if not report.isna(v)]
-    parts = []
-    if not report.isna(tf) and not report.isna(bw):
-        parts.append(f"ceilings {tf:.0f} TFLOP/s, {bw / 1e3:.2f} TB/s (bench_machine.Machine)")
-    if clocks:
-        clocks.sort()
-        parts.append(f"SM clock median {clocks[len(clocks) // 2]:.0f} MHz over {len(clocks)} points "
-                     f"({clocks[0]:.0f}-{clocks[-1]:.0f}, track_sm_clock)")
-    gpu = {f: recorded.get(f"bench_machine.Gpu.track_{f}", math.nan)
-           for f in ("driver_version", "cuda_version", "sm_count", "max_sm_clock", "app_sm_clock", "power_limit")}
-    if report.isna(gpu["driver_version"]):
-        parts.append("driver, CUDA and clocks: not recorded at this commit (bench_machine.Gpu)")
-    else:
-        parts.append(f"driver {gpu['driver_version']:g}, CUDA {gpu['cuda_version']:.1f}, {gpu['sm_count']:.0f} SMs, "
-                     f"SM clock max {gpu['max_sm_clock']:.0f} MHz (application {gpu['app_sm_clock']:.0f}), "
-                     f"power limit {gpu['power_limit']:.0f} W (bench_machine.Gpu)")
+    parts = [f"{k} {v}" for k, v in machine_details(recorded, clocks).items()]
     m.ceilings = "; ".join(parts)
     return m
 

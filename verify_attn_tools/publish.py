@@ -14,6 +14,10 @@ pages load from CDNs, are copied into html/vendor/ from verify_attn_tools/site_a
 the site works offline. A page loading a URL that site_assets/ has no copy of (a new asv release) fails publish.
 --fetch-assets (needs npm and the npm registry) refreshes site_assets/ from the npm packages of those URLs.
 
+asv's graph pages carry each machine's recorded details (driver, CUDA, SMs, clocks, ceilings) in
+its tooltip, and commit labels where the curves are expected to step: a new anchor, an accepted
+step (annotate).
+
 Markup never reaches asv's pages from data: git tag names, benchmarks' pretty_name, code and
 unit, and the machines' descriptions are HTML-escaped in html/index.json (asv inserts them as
 HTML); a benchmark or parameter name that is not plain letters, digits, _ . - fails publish.
@@ -190,6 +194,48 @@ def graph_defaults(site: Path, results_dir: Path) -> dict[str, str]:
     return queries
 
 
+def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -> dict[str, dict]:
+    """What asv's graph pages show beside the curves, written into index.json:
+    - each machine's details (driver, CUDA, SMs, clocks, power limit, ceilings, from the machine
+      series of its newest results) in the machine's tooltip, where asv shows machine.json's;
+    - commit labels, drawn by asv as labelled vertical lines on every time axis (its git tags'
+      place): where the drift-free series start against a new anchor ("anchor <sha>"), and the
+      steps benchmarks/accepted.json accepts ("accepted <sha>"), so a reader sees why a curve
+      steps there (accepted: False for a local site, whose checkout may lack those commits).
+    Returns {"machines": ..., "labels": ...} as written."""
+    from . import report
+
+    path = site / "index.json"
+    index = json.loads(path.read_text())
+    rev_of = {h: int(r) for r, h in (index.get("revision_to_hash") or {}).items()}
+    labels: dict[str, int] = {}
+    for machine, info in (index.get("machines") or {}).items():
+        commits = landing.results_files(results_dir, machine)
+        if not commits or not isinstance(info, dict):
+            continue
+        loaded = [report.load(results_dir, machine, sha, (report.BENCH, landing.MACHINE_SUITE)) for sha, _ in commits]
+        new = loaded[-1]
+        clocks = [v for k, (_, pts) in new.items() if k.endswith(".track_sm_clock")
+                  for (v, _, _) in pts.values() if not report.isna(v)]
+        info.update(landing.machine_details(landing.machine_values(new), clocks))
+        info["details recorded at"] = f"commit {commits[-1][0][:8]}"
+        seen = None
+        for (sha, _), res in zip(commits, loaded):
+            versions = {v for k, (v, _) in res.items() if k.endswith(f".{report.ANCHOR}") and v}
+            version = min(versions) if versions else None
+            if version and version != seen and sha in rev_of:
+                labels[version.replace("-", " ", 1)[:24]] = rev_of[sha]
+            seen = version or seen
+    branches = asv_config(root).get("branches") or []
+    for entry in regressions.load_accepted(root) if accepted else []:
+        sha = entry["commit"] and regressions.on_branches(root, entry["commit"], branches)
+        if sha in rev_of:
+            labels[f"accepted {sha[:7]}"] = rev_of[sha]
+    index["tags"] = {**(index.get("tags") or {}), **labels}
+    path.write_text(json.dumps(index, separators=(",", ":")))
+    return {"machines": index.get("machines") or {}, "labels": labels}
+
+
 NO_RESULTS_EXIT = 3  # as report's "record it first"
 
 
@@ -336,6 +382,7 @@ def publish(root: Path = ROOT, local: bool = False, html_dir: Path | None = None
         os.replace(site / "index.html", site / landing.ASV_PAGE)
         inject_link(site / landing.ASV_PAGE)
         try:
+            annotate(site, base / "results", root, accepted=not local)
             escape_markup(site)
             graph_defaults(site, base / "results")
             landing.build(base / "results", site / "index.html", asv_config(root).get("show_commit_url") or None)
