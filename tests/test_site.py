@@ -278,3 +278,22 @@ def test_crafted_names_run_no_script(chromium, crafted_site):
     page.evaluate(f"document.body.insertAdjacentHTML('beforeend', {json.dumps(PAYLOAD)})")
     page.wait_for_function("window.__pwned >= 1", timeout=5000)
     w.close()
+
+
+def test_the_regressions_feed_carries_no_markup_from_data(crafted_site):
+    """asv's Atom feed (regressions.xml): the crafted parameter value reaches an entry's title,
+    which Atom carries as text, and its HTML content only URL-encoded in the graph link; the
+    crafted unit is not put in (asv writes the values without it for a unit other than seconds
+    and bytes). A feed reader rendering the content runs nothing of the data."""
+    import xml.etree.ElementTree as ET
+
+    html, _ = crafted_site
+    atom = "{http://www.w3.org/2005/Atom}"
+    entries = ET.parse(html / "regressions.xml").getroot().findall(f"{atom}entry")
+    titles = [e.find(f"{atom}title") for e in entries]
+    assert any(PAYLOAD in (t.text or "") and t.get("type", "text") == "text" for t in titles), \
+        "the crafted value must reach the feed"
+    for entry in entries:
+        for field in entry:
+            if field.get("type") == "html":
+                assert "<img" not in (field.text or "") and "onerror=" not in (field.text or ""), field.text
