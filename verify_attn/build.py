@@ -184,6 +184,20 @@ def _locked(build: Path):
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+def busy(build: Path) -> bool:
+    """Whether a builder holds build's lock (_locked) right now."""
+    path = build.with_suffix(".lock")
+    if not path.exists():
+        return False
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
 def _write_if_changed(path: Path, data: bytes) -> None:
     if path.exists() and path.read_bytes() == data:
         return  # keep the old timestamp: ninja then knows nothing changed
@@ -344,6 +358,10 @@ class Library:
                       *(n.encode() + b"\0" + d for n, d in sorted(self.files.items())))
         return cache_dir() / "lib" / f"{self.name}-{key}.so"
 
+    def build_dir(self) -> Path:
+        """Where it is built: one directory per target, its lock beside it."""
+        return cache_dir() / "build" / f"{self.name}-{_digest(json.dumps(self.target(), sort_keys=True).encode())}"
+
 
 _libraries: dict[str, Path] = {}
 
@@ -354,7 +372,7 @@ def load_library(library: Library, verbose: bool = False) -> Path:
     if _libraries.get(library.name) == lib:
         return lib
     if not lib.exists():
-        build = cache_dir() / "build" / f"{library.name}-{_digest(json.dumps(library.target(), sort_keys=True).encode())}"
+        build = library.build_dir()
         with _locked(build):
             if not lib.exists():
                 _ninja(library.name, build, library.files, library.sources, library.cxx_flags,

@@ -22,20 +22,23 @@ WHAT = ("extension", "anchor", "flashmla")
 
 
 def _pending(needs) -> list[str]:
-    """What of needs is not built yet (cheap: content keys only)."""
+    """What of needs is neither built nor being built (cheap: content keys and a lock test). A
+    library a builder started earlier holds is left to it: a second builder would only wait on
+    its lock, a Python and torch start-up beside the timings of the class that started it."""
     from . import anchor, build, flashmla
 
     todo = []
-    if "extension" in needs and not build.library_path().exists():
+    if "extension" in needs and not build.library_path().exists() and not build.busy(build._build_dir()):
         todo.append("extension")
     if "anchor" in needs and anchor.commit() != "off" and anchor.repository() is not None:
         try:
-            if not anchor.library()[0].path().exists():
+            lib = anchor.library()[0]
+            if not lib.path().exists() and not build.busy(lib.build_dir()):
                 todo.append("anchor")
         except Exception:  # an unknown revision: the measurement's load says why
             pass
     if ("flashmla" in needs and build.use_cuda() and flashmla.unavailable() is None
-            and not flashmla.library().path().exists()):
+            and not flashmla.library().path().exists() and not build.busy(flashmla.library().build_dir())):
         todo.append("flashmla")
     return todo
 
