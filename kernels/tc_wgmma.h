@@ -71,6 +71,17 @@ __device__ __forceinline__ void pin(float (&d)[K]) {
 template <int Ncols>
 struct Mma;
 template <>
+struct Mma<8> {
+  template <int TA, int TB>
+  static __device__ __forceinline__ void run(float (&d)[4], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, %4, %5, p, 1, 1, %7, %8;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+};
+template <>
 struct Mma<16> {
   template <int TA, int TB>
   static __device__ __forceinline__ void run(float (&d)[8], uint64_t da, uint64_t db, int accumulate) {
