@@ -8,6 +8,7 @@
 #include "tc_merge.h"
 #include "tc_mma.h"
 #include "tc_wgmma.h"
+#include "tc_wgmma_t.h"
 
 namespace verify_attn {
 namespace {
@@ -34,9 +35,21 @@ Layout layout_of(const Params& p, const Plan& plan) {
 }
 
 // tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
-// wgmma on compute capability 9.0 alone, where the build compiles sm_90a.
+// wgmma and wgmma_t (the transposed MMAs for few rows) on compute capability 9.0 alone, where
+// the build compiles sm_90a.
 constexpr int kPathMma = 0;
 constexpr int kPathWgmma = 1;
+constexpr int kPathWgmmaT = 2;
+
+// Which sm_90a path takes rows in groups of group_rows (m16 steps of an even share of an
+// element's rows, <= 64). wgmma pads every group to wgmma's M = 64; wgmma_t carries exactly
+// group_rows (its kernels hold 16, 32, 48 or 64). Where a group has <= 48 rows, wgmma wastes
+// >= 1/4 of every MMA (heads 8 q_len 9: 2 x 36 -> 2 x 64 rows against 2 x 48; heads 16
+// q_len 9: 3 x 48 -> 3 x 64 against 3 x 48), and those shapes are the memory- and
+// latency-bound ones. At 64 both carry the same rows and wgmma's 256-wide PV MMAs read less
+// shared memory a FLOP (wgmma_t reads the tile twice, once per warpgroup, for S^T and has N
+// <= 64 MMAs). Chosen from this padding arithmetic, not yet measured.
+bool few_rows(int group_rows) { return group_rows <= 48; }
 
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
@@ -87,12 +100,20 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
     optin = 48 * 1024;
-  const bool wgmma = has_wgmma(dev) && optin >= wg::kBaseBytes;
-  if (path == kAnyPath) path = wgmma ? kPathWgmma : kPathMma;
-  if ((path == kPathWgmma && !wgmma) || (path != kPathWgmma && path != kPathMma)) return plan;  // not here
+  const int R = p.heads * p.q_len;
+  const int groups = (R + kRows - 1) / kRows;
+  const int group_rows = ((R + groups - 1) / groups + 15) / 16 * 16;
+  const bool sm90a = has_wgmma(dev);
+  const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
+  if (path == kAnyPath) path = wgmma_t && few_rows(group_rows) ? kPathWgmmaT : wgmma ? kPathWgmma : kPathMma;
+  if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) ||
+      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT))
+    return plan;  // not here
   plan.path = path;
+  plan.rows_per_block = group_rows;
   int base = 0, n = 0;
   if (path == kPathWgmma) base = wg::kBaseBytes, n = wg::N;
+  else if (path == kPathWgmmaT) base = wgt::kBaseBytes, n = wgt::N;
   else if (optin >= CfgLarge::kOffParent) base = CfgLarge::kOffParent, n = CfgLarge::N;
   else if (optin >= CfgMid::kOffParent) base = CfgMid::kOffParent, n = CfgMid::N;
   else if (optin >= CfgSmall::kOffParent) base = CfgSmall::kOffParent, n = CfgSmall::N;
@@ -102,9 +123,6 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   plan.keys_per_tile = n;
   plan.smem_bytes = base + 4 * parent_cap;
 
-  const int R = p.heads * p.q_len;
-  const int groups = (R + kRows - 1) / kRows;
-  plan.rows_per_block = ((R + groups - 1) / groups + 15) / 16 * 16;
   // One element: split until the (m-group, split) blocks fill the SMs once (one block an SM).
   // Several: the prefixes are ragged (the plan cannot read them), and a block that holds a
   // whole long element while the short ones are done sets the time (measured: 4.9 ms for a
@@ -133,6 +151,15 @@ int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t s
   if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return int(cudaSuccess);
   if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
   if (plan.path == kPathWgmma) return launch_kernel<tc_attn_wg>(wg::kBaseBytes, p, plan, workspace, stream);
+  if (plan.path == kPathWgmmaT) {
+    switch (plan.rows_per_block) {  // the group's rows, 2 x a warpgroup's
+      case 16: return launch_kernel<tc_attn_wgt<8>>(wgt::kBaseBytes, p, plan, workspace, stream);
+      case 32: return launch_kernel<tc_attn_wgt<16>>(wgt::kBaseBytes, p, plan, workspace, stream);
+      case 48: return launch_kernel<tc_attn_wgt<24>>(wgt::kBaseBytes, p, plan, workspace, stream);
+      case 64: return launch_kernel<tc_attn_wgt<32>>(wgt::kBaseBytes, p, plan, workspace, stream);
+      default: return int(cudaErrorInvalidConfiguration);
+    }
+  }
   switch (plan.keys_per_tile) {
     case CfgLarge::N: return launch_kernel<tc_attn<CfgLarge>>(CfgLarge::kOffParent, p, plan, workspace, stream);
     case CfgMid::N: return launch_kernel<tc_attn<CfgMid>>(CfgMid::kOffParent, p, plan, workspace, stream);

@@ -1,14 +1,20 @@
 // The tc kernel: the verify attention on tensor cores (bf16 operands, fp32 accumulation).
-// This header holds what both paths share: the block's work (rows, splits, the gather's
+// This header holds what every path shares: the block's work (rows, splits, the gather's
 // cache rows), the tree walk, the row epilogue; the files of the library:
-//   tc_mma.h    the mma.sync mainloop (sm_80 and later): tc_attn<Config>
-//   tc_wgmma.h  the warpgroup-MMA mainloop (sm_90a): tc_attn_wg
-//   tc_merge.h  the log-sum-exp merge of split partials, one kernel for both paths
-//   tc.cu       the plan (the path and tile chosen once, recorded in Plan::path) and launch
+//   tc_mma.h      the mma.sync mainloop (sm_80 and later): tc_attn<Config>
+//   tc_wgmma.h    the warpgroup-MMA mainloop (sm_90a): tc_attn_wg; and what both sm_90a
+//                 kernels share: the swizzled planes, descriptors, wgmma wrappers, wg::Tiles
+//                 (the gather, tree mask and non-finite clean-up of a block's tiles)
+//   tc_wgmma_t.h  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
+//   tc_merge.h    the log-sum-exp merge of split partials, one kernel for every path
+//   tc.cu         the plan (the path and tile chosen once, recorded in Plan::path) and launch
 //
-// Two paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
-// every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
-// (tc_attn_wg). Both share the rows, the splits, the gather, the tree mask,
+// Three paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
+// every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs:
+// tc_attn_wg with the query rows on wgmma's M, which is 64, or, where a group holds <= 48
+// rows (few heads, short trees: there a quarter or more of each 64-row MMA would be
+// padding), tc_attn_wgt with the keys on M and the rows on N, which steps by 8
+// (S^T = K Q^T, O^T = V^T P^T). All share the rows, the splits, the gather, the tree mask,
 // the NaN handling and the merge described here.
 //
 // In MLA every head reads the same cache row, so a block takes up to 64 query rows, the

@@ -1,4 +1,4 @@
-// tc's merge of the key splits' partial outputs, shared by both paths.
+// tc's merge of the key splits' partial outputs, shared by every path.
 #pragma once
 #include "tc.h"
 

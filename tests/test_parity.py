@@ -34,16 +34,29 @@ def test_prefix_65536_matches_reference(impl):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                    reason="tc takes its wgmma path only on compute capability 9.0")
+                    reason="tc takes its wgmma paths only on compute capability 9.0")
 def test_each_tc_path_is_planned_once_and_named():
-    """On the H100/H200 tc's plan picks wgmma; tc_mma, the portable path every other GPU runs,
-    is pinned to mma.sync; the plan says which ran (both are checked by the parity tests)."""
-    inputs = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
-    args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-    tc, mma = ops.launch_plan("tc", args), ops.launch_plan("tc_mma", args)
-    assert registry.get("tc").path_name(tc["path"]) == "wgmma"
-    assert registry.get("tc_mma").path_name(mma["path"]) == "mma"
-    assert tc["smem_bytes"] != mma["smem_bytes"]  # two kernels: their layouts differ
+    """On the H100/H200 tc's plan picks wgmma_t (keys on M) where a group holds <= 48 query rows
+    (heads 8 x q_len 9 = 72 rows: 2 groups of 48) and wgmma (64 rows on M) where it holds 64
+    (heads 64 x q_len 9: 9 groups of 64); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t)
+    runs its own path at every shape; the plan says which ran (all are checked by the parity
+    tests)."""
+    few = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
+    many = cases.make_inputs(cases.CASES["seed_2x64x9x521"], "cuda", 0)
+    plans = {}
+    for case, inputs in (("few", few), ("many", many)):
+        args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
+        for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t"):
+            plan = ops.launch_plan(impl, args)
+            plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
+    assert plans["few", "tc"][0] == "wgmma_t" and plans["many", "tc"][0] == "wgmma"
+    assert plans["few", "tc"][1]["rows_per_block"] == 48
+    for case in ("few", "many"):
+        assert plans[case, "tc_mma"][0] == "mma"
+        assert plans[case, "tc_wgmma"][0] == "wgmma"
+        assert plans[case, "tc_wgmma_t"][0] == "wgmma_t"
+        smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t")}
+        assert len(smem) == 3  # three kernels: their layouts differ
 
 
 def test_unwritten_output_fails_the_check():

@@ -6,7 +6,8 @@ in a CUDA source, ``NAME_cpu`` in a C++ source where it has a CPU twin; the cont
 kernels/verify_attn.h) and one ``Impl`` in ``IMPLS``. The build generates the torch op
 ``torch.ops.verify_attn.NAME`` from the entry.
 
-A kernel with several paths (tc: wgmma on compute capability 9.0, mma.sync everywhere else)
+A kernel with several paths (tc: wgmma or its transposed form on compute capability 9.0,
+mma.sync everywhere else)
 lets its plan choose the path for the GPU; every other path it has is an entry of its own
 (``variant_of`` the kernel, ``path`` pinned), so it is gated, timed and recorded as a name
 wherever it runs, not only on the GPUs whose best path it is.
@@ -88,17 +89,28 @@ class Impl:
         return getattr(importlib.import_module(module), name)
 
 
+# tc's paths by Plan::path number (kernels/tc.cu).
+TC_PATHS = ("mma", "wgmma", "wgmma_t")
+
 _ENTRIES = [
     Impl("naive", "the baseline written the obvious way: scores in a global workspace, softmax, output",
          cuda_sources=("naive.cu",), cpu_sources=("cpu.cpp",), color="tab:gray", baseline=True),
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
     Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
-         "wgmma on compute capability 9.0, mma.sync elsewhere",
-         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=("mma", "wgmma")),
+         "wgmma on compute capability 9.0 (transposed, keys on M, for groups of <= 48 query rows), "
+         "mma.sync elsewhere",
+         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
-         paths=("mma", "wgmma"), path=0, variant_of="tc"),
+         paths=TC_PATHS, path=0, variant_of="tc"),
+    Impl("tc_wgmma", "tc pinned to its wgmma path, 64 query rows on M (what the H100/H200 runs at many rows)",
+         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         color="tab:purple", paths=TC_PATHS, path=1, variant_of="tc"),
+    Impl("tc_wgmma_t", "tc pinned to its transposed wgmma path, keys on M and query rows on N "
+         "(what the H100/H200 runs at few rows)",
+         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc"),
     Impl("torch", "the plain torch composite a careful user would write instead",
          runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",
          under_test=False),
