@@ -237,6 +237,7 @@ def run(points=None, timeout: float = 200) -> dict:
         if name not in columns:
             say(f"ncu's report has no column {name}: no {quantity} series")
             del chosen[quantity]
+            missing.append(quantity)
     calls, stray = attribute(launches, ncu.parse_raw(renamed))
     if stray:
         say(f"{len(stray)} profiled launches outside any point's range, left out: "

@@ -1,0 +1,287 @@
+"""The profiler's series on the CPU: ncu's raw-page CSV read back, metric names chosen from what
+ncu offers, kernel launches attributed to their (point, impl) by NVTX range, one call's figures,
+the whole run through a stand-in ncu, and the asv class where nothing can be profiled.
+
+The sample exports follow the format of Nsight Compute's CLI documentation (`--csv --page raw
+--print-units base`: a header row of column names, the launch columns then one column per
+metric by name; a units row, empty under the launch columns; one row per profiled launch;
+ncu's own `==PROF==` lines around it; `--print-nvtx-rename kernel`: the same rows and IDs with
+each kernel named by its innermost NVTX push/pop range), and the metric names are the Hopper
+names verify_attn.profile asks for.
+"""
+
+import json
+import math
+import os
+import stat
+import sys
+
+import pytest
+
+from verify_attn import ncu, profile, suite
+
+LAUNCH = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+          "Grid Size", "Device", "CC"]
+M = {q: names[0] for q, names in profile.candidates().items()}
+COLUMNS = [(M["duration"], "nsecond"), (M["dram_bytes"], "byte"), (M["dram_pct"], "%"), (M["issue_pct"], "%"),
+           (M["occupancy_pct"], "%"), (M["registers"], "register/thread"), (M["dynamic_smem_bytes"], "byte/block"),
+           (M["pipe_gmma"], "%"), (M["pipe_hmma"], "%"),
+           (M["stall_long_scoreboard"], ""), (M["stall_barrier"], ""), (M["stall_selected"], "")]
+# (kernel, its NVTX range, duration ns, DRAM bytes, dram %, issue %, occupancy %, regs, dyn smem, gmma %, hmma %,
+#  long scoreboard, barrier, selected)
+LAUNCHES = [
+    ("void verify_attn::tc_attn_wg<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
+     "90,000", "75,500,000", "20.0", "30.0", "12.0", "168", "120,832", "60.0", "0.0", "1.5", "0.5", "1.0"),
+    ("verify_attn::tc_merge(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
+     "10,000", "4,500,000", "50.0", "10.0", "40.0", "32", "0", "0.0", "0.0", "0.5", "4.0", "1.0"),
+    ("void verify_attn::tc_attn<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc_mma",
+     "200,000", "80,000,000", "n/a", "25.0", "12.0", "255", "98,304", "0.0", "45.0", "0.2", "2.0", "1.0"),
+    ("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float)", "fill",
+     "1,000", "1,000", "1.0", "1.0", "1.0", "16", "0", "0.0", "0.0", "0.1", "0.1", "1.0"),
+]
+
+
+def quoted(fields) -> str:
+    return ",".join(f'"{f}"' for f in fields)
+
+
+def export(renamed: bool = False, launches=LAUNCHES, columns=COLUMNS) -> str:
+    """A raw-page export in ncu's CSV form (kernels named by their NVTX range when renamed)."""
+    lines = ["==PROF== Connected to process 4242 (/usr/bin/python3)", quoted(LAUNCH + [c for c, _ in columns]),
+             quoted([""] * len(LAUNCH) + [u for _, u in columns])]
+    for n, (kernel, rng, *values) in enumerate(launches):
+        lines.append(quoted([str(n), "4242", "python3", "h200", rng if renamed else kernel, "1", "7", "(128, 1, 1)",
+                             "(132, 1, 1)", "0", "9.0", *values[:len(columns)]]))
+    return "\n".join(lines + ["==PROF== Disconnected from process 4242"]) + "\n"
+
+
+def test_parse_raw_reads_values_in_si_units():
+    rows = ncu.parse_raw(export())
+    assert [r["id"] for r in rows] == [0, 1, 2, 3]
+    first = rows[0]["values"]
+    assert first[M["duration"]] == pytest.approx(90e-6)  # nsecond -> seconds, thousands separators dropped
+    assert first[M["dram_bytes"]] == 75_500_000 and first[M["dynamic_smem_bytes"]] == 120_832
+    assert first[M["registers"]] == 168 and first[M["pipe_gmma"]] == 60.0
+    assert math.isnan(rows[2]["values"][M["dram_pct"]])  # n/a
+    assert rows[0]["kernel"].startswith("void verify_attn::tc_attn_wg<")
+
+
+def test_parse_raw_without_a_raw_page_is_one_line():
+    with pytest.raises(ncu.NcuError, match="no raw page in ncu's export: ==ERROR== The application returned"):
+        ncu.parse_raw("==ERROR== The application returned an error code (1).\n")
+
+
+@pytest.mark.parametrize("unit, scale", [("nsecond", 1e-9), ("usecond", 1e-6), ("msecond", 1e-3), ("second", 1.0),
+                                         ("byte", 1.0), ("Kbyte", 1e3), ("Gbyte/second", 1e9),
+                                         ("byte/nsecond", 1e9), ("%", 1.0), ("register/thread", 1.0), ("", 1.0)])
+def test_unit_scale(unit, scale):
+    assert ncu.unit_scale(unit) == pytest.approx(scale)
+
+
+def test_query_parsing_text_and_csv():
+    text = ("Device NVIDIA H200 (GH100)\n----\nMetric Name                    Metric Description\n"
+            "dram__bytes                    # of bytes accessed in DRAM\n"
+            "smsp__average_warps_issue_stalled_gmma_per_issue_active   ratio of ...\n")
+    assert ncu.parse_query(text) == {"dram__bytes", "smsp__average_warps_issue_stalled_gmma_per_issue_active"}
+    csv_text = ('"Metric Name","Metric Type","Metric Unit","Metric Description"\n'
+                '"gpu__time_duration","Counter","nsecond","Duration"\n')
+    assert ncu.parse_query(csv_text) == {"gpu__time_duration"}
+
+
+def test_choose_takes_the_first_offered_candidate_and_names_the_missing():
+    known = {n.split(".")[0] for names in profile.candidates().values() for n in names}
+    known -= {"dram__throughput", "sm__pipe_tensor_cycles_active", "smsp__average_warps_issue_stalled_gmma_per_issue_active"}
+    chosen, missing = profile.choose(known)
+    assert chosen["dram_pct"] == "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"  # the second candidate
+    assert chosen["registers"] == "launch__registers_per_thread"  # launch attributes: always collected
+    assert sorted(missing) == ["pipe_tensor", "stall_gmma"]
+    everything, none_missing = profile.choose(None)  # the query failed: every first candidate, ncu decides
+    assert everything == M and none_missing == []
+    assert profile.choose(set())[1] == [q for q in profile.candidates() if not M[q].startswith("launch__")]
+
+
+def test_refused_names_only_the_metrics_in_error_lines():
+    log = ("==PROF== Connected to process 1\n"
+           "==ERROR== Failed to find metric sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active\n")
+    asked = [M["pipe_tensor"], M["pipe_hmma"], M["duration"]]
+    assert ncu.refused(log, asked) == [M["pipe_tensor"]]
+    assert ncu.refused("==PROF== all fine", asked) == []
+
+
+def test_attribution_joins_the_two_exports_by_launch_id():
+    calls, stray = profile.attribute(ncu.parse_raw(export()), ncu.parse_raw(export(renamed=True)))
+    assert set(calls) == {(64, 9, 65536, "tc"), (64, 9, 65536, "tc_mma")}
+    assert [l["id"] for l in calls[(64, 9, 65536, "tc")]] == [0, 1]  # the attention kernel and its merge
+    assert [l["kernel"][:30] for l in stray] == [LAUNCHES[3][0][:30]]  # not in a point's range
+    # The range's name may come with its enclosing one: still found.
+    assert profile.point_of("verify_attn.profile/va-profile:16:33:16384:flash") == (16, 33, 16384, "flash")
+
+
+def test_summarise_one_call():
+    calls, _ = profile.attribute(ncu.parse_raw(export()), ncu.parse_raw(export(renamed=True)))
+    tc = profile.summarise(calls[(64, 9, 65536, "tc")], M)
+    assert tc["kernels"] == ["tc_attn_wg", "tc_merge"]
+    assert tc["duration_s"] == pytest.approx(100e-6)
+    assert tc["dram_bytes_per_s"] == pytest.approx(80e6 / 100e-6)  # both kernels' bytes over their time
+    assert tc["dram_pct"] == pytest.approx(0.9 * 20 + 0.1 * 50)  # duration-weighted
+    assert tc["occupancy_pct"] == pytest.approx(0.9 * 12 + 0.1 * 40)
+    assert (tc["registers"], tc["dynamic_smem_bytes"]) == (168, 120_832)  # the main (longest) kernel's
+    assert (tc["tensor_pipe"], tc["tensor_pipe_pct"]) == ("gmma", pytest.approx(54.0))
+    assert tc["stalls"]["barrier"] == pytest.approx(0.9 * 0.5 + 0.1 * 4.0)
+    assert tc["top_stall"] == "long_scoreboard"  # 1.4 against barrier's 0.85; "selected" never counts
+    mma = profile.summarise(calls[(64, 9, 65536, "tc_mma")], M)
+    assert (mma["tensor_pipe"], mma["top_stall"], mma["kernels"]) == ("hmma", "barrier", ["tc_attn"])
+    assert math.isnan(mma["dram_pct"])
+    # A metric not chosen (ncu does not offer it): NaN, the rest stands.
+    partial = profile.summarise(calls[(64, 9, 65536, "tc")], {k: v for k, v in M.items() if k != "registers"})
+    assert math.isnan(partial["registers"]) and partial["dynamic_smem_bytes"] == 120_832
+
+
+# ---------------------------------------------------------------------------------------
+# The whole run through a stand-in ncu: what it is asked, what it answers.
+
+FAKE = r'''#!{python}
+import json, os, sys
+args = sys.argv[1:]
+state = os.environ["FAKE_NCU"]
+with open(os.path.join(state, "calls.jsonl"), "a") as f:
+    f.write(json.dumps(args) + "\n")
+conf = json.load(open(os.path.join(state, "conf.json")))
+if "--version" in args:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.0.0 (stand-in)")
+elif "--query-metrics" in args:
+    if conf.get("query_fails"):
+        sys.exit(1)
+    print('"Metric Name","Metric Type","Metric Unit","Metric Description"')
+    for name in conf["offered"]:
+        print('"%s","Counter","","-"' % name)
+elif "--import" in args:
+    name = "renamed.csv" if "--print-nvtx-rename" in args else "plain.csv"
+    sys.stdout.write(open(os.path.join(state, name)).read())
+else:
+    metrics = args[args.index("--metrics") + 1].split(",")
+    bad = [m for m in metrics if m in conf.get("refuse", [])]
+    if conf.get("fail"):
+        print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters")
+        sys.exit(1)
+    if bad:
+        print("==ERROR== Failed to find metric " + bad[0])
+        sys.exit(1)
+    report = args[args.index("--export") + 1]
+    open(report + ".ncu-rep", "w").write("report")
+    manifest = args[args.index("--manifest") + 1]
+    json.dump({{"profiled": ["va-profile:64:9:65536:tc", "va-profile:64:9:65536:tc_mma"],
+               "skipped": {{"va-profile:64:9:65536:flash": "fails its check: stand-in"}}}}, open(manifest, "w"))
+    print('==PROF== Profiling "tc_attn_wg" - 0: 0%....50%....100% - 9 passes')
+    print('==PROF== Profiling "tc_merge" - 1: 0%....50%....100% - 8 passes')
+'''
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """A stand-in ncu on PATH, its answers in conf.json; returns (state dir, set conf)."""
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir(), state.mkdir()
+    exe = bin_dir / "ncu"
+    exe.write_text(FAKE.replace("{python}", sys.executable).replace("{{", "{").replace("}}", "}"))
+    exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+    (state / "plain.csv").write_text(export())
+    (state / "renamed.csv").write_text(export(renamed=True))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_NCU", str(state))
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("VERIFY_ATTN_PREBUILD", "0")
+    offered = sorted({n.split(".")[0] for names in profile.candidates().values() for n in names})
+
+    def configure(**conf):
+        (state / "conf.json").write_text(json.dumps({"offered": offered, **conf}))
+
+    configure()
+    return state, configure
+
+
+def calls_of(state):
+    return [json.loads(line) for line in (state / "calls.jsonl").read_text().splitlines()]
+
+
+def test_run_through_ncu(stand_in, capsys):
+    state, _ = stand_in
+    result = profile.run([(64, 9, 65536)])
+    assert set(result["points"]) == {(64, 9, 65536, "tc"), (64, 9, 65536, "tc_mma")}
+    assert result["points"][(64, 9, 65536, "tc")]["registers"] == 168
+    assert result["skipped"] == {(64, 9, 65536, "flash"): "fails its check: stand-in"}
+    assert result["passes"] == [9, 8] and "2025.3" in result["ncu"]
+    exported = {name for name, _ in COLUMNS}
+    assert result["metrics"] == {q: n for q, n in M.items() if n in exported}
+    assert result["missing"] == sorted(q for q, n in M.items() if n not in exported)  # each said in one line
+    (args,) = [a for a in calls_of(state) if "--export" in a]
+    assert args[args.index("--nvtx-include") + 1] == "verify_attn.profile/"
+    assert args[args.index("--cache-control") + 1] == "all" and "--clock-control" not in args  # ncu's own clocks
+    target = args[args.index("--force-overwrite") + 1:]
+    assert target[:4] == [sys.executable, "-m", "verify_attn.profile", "--target"]
+    assert target[target.index("--impls") + 1] == "tc,flash,tc_mma" and "naive" not in target
+    assert "1 profiled launches outside any point's range, left out: vectorized_elementwise_kernel" in capsys.readouterr().err
+    assert (profile.work_dir() / "raw-nvtx.csv").exists()  # the files stay for a person
+
+
+def test_a_metric_ncu_refuses_is_dropped_and_named(stand_in, capsys):
+    state, configure = stand_in
+    configure(query_fails=True, refuse=[M["pipe_tensor"]])  # no query: ncu's refusal decides
+    result = profile.run([(64, 9, 65536)])
+    assert "pipe_tensor" in result["missing"] and M["pipe_tensor"] not in result["metrics"].values()
+    assert len([a for a in calls_of(state) if "--export" in a]) == 2  # profiled again without it
+    err = capsys.readouterr().err
+    assert err.count(f"ncu refused {M['pipe_tensor']}: profiling again without") == 1
+
+
+def test_a_failed_ncu_is_one_line_and_no_series(stand_in, monkeypatch, capsys):
+    _, configure = stand_in
+    configure(fail=True)
+    monkeypatch.setattr(suite, "device", lambda: "cuda")
+    result = profile.recorded()
+    assert result == {"error": "ncu exited 1: ==ERROR== ERR_NVGPUCTRPERM - The user does not have permission "
+                               "to access NVIDIA GPU Performance Counters"}
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("[verify_attn] profile: no series: ncu exited 1") == 1
+
+
+def test_no_ncu_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(suite, "device", lambda: "cuda")
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ncu.glob, "glob", lambda pattern: [])
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
+    assert profile.recorded() == {"error": "ncu (Nsight Compute) not found: put it on PATH or set CUDA_HOME"}
+
+
+def test_the_benchmark_on_the_cpu_records_nothing(monkeypatch):
+    from benchmarks.bench_profile import Profile
+
+    def no_ncu():
+        raise AssertionError("ncu must not be looked for on the CPU")
+
+    monkeypatch.setattr(suite, "device", lambda: "cpu")
+    monkeypatch.setattr(ncu, "find", no_ncu)
+    bench = Profile()
+    result = bench.setup_cache()
+    assert result == {"error": "no GPU: the profiler's series are GPU only"}
+    with pytest.raises(NotImplementedError, match="GPU only"):
+        bench.setup(result, 64, 9, 65536, "tc")
+
+
+def test_the_benchmark_reads_a_profiled_call():
+    from benchmarks.bench_profile import Profile
+
+    calls, _ = profile.attribute(ncu.parse_raw(export()), ncu.parse_raw(export(renamed=True)))
+    result = {"points": {k: profile.summarise(v, M) for k, v in calls.items()},
+              "skipped": {(64, 9, 2048, "tc"): "fails its check: x"}}
+    bench = Profile()
+    bench.setup(result, 64, 9, 65536, "tc")
+    assert bench.track_dram_gbps(result) == pytest.approx(800.0)
+    assert bench.track_registers(result) == 168 and bench.track_kernels(result) == 2
+    assert bench.track_stall_long_scoreboard(result) == pytest.approx(1.4)
+    assert math.isnan(bench.track_stall_gmma(result))  # not in the export: n/a, not a failure
+    with pytest.raises(NotImplementedError, match="fails its check: x"):
+        bench.setup(result, 64, 9, 2048, "tc")
+    with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
+        bench.setup(result, 8, 9, 0, "flash")
+    assert Profile.params[-1] == ["tc", "flash", "tc_mma"] and Profile.param_names[-1] == "impl"
