@@ -285,3 +285,121 @@ def test_the_benchmark_reads_a_profiled_call():
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
         bench.setup(result, 8, 9, 0, "flash")
     assert Profile.params[-1] == ["tc", "flash", "tc_mma"] and Profile.param_names[-1] == "impl"
+
+
+# ---------------------------------------------------------------------------------------
+# Recorded series: never judged (benchmarks/accepted.json, report), shown on the landing page.
+
+PROFILE_PARAMS = [["64"], ["9"], ["65536"], ["'tc'", "'flash'", "'tc_mma'"]]
+
+
+def add_profile(results, machine: str, commit: str, series: dict, date: int = 1):
+    """Profile series {name: [tc, flash, tc_mma]} added to commit's results file (made if absent),
+    through asv's own API."""
+    from asv import results as asv_results, runner
+
+    (results / machine).mkdir(parents=True, exist_ok=True)
+    (results / machine / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    found = sorted((results / machine).glob(f"{commit[:8]}-*.json"))
+    res = (asv_results.Results.load(str(found[0]), machine_name=machine) if found else
+           asv_results.Results({"machine": machine}, {}, commit, date, "3.12", "reuse-py3.12", {}))
+    for name, values in series.items():
+        res.add_result({"name": f"bench_profile.Profile.{name}", "params": PROFILE_PARAMS, "version": "1"},
+                       runner.BenchmarkResult(values, [None] * 3, [None] * 3, 0, "", None))
+    res.save(str(results))
+
+
+def test_accepted_json_takes_every_profile_series_off_the_judged_list():
+    from benchmarks.bench_profile import Profile
+    from verify_attn_tools import regressions
+
+    patterns = regressions.not_judged(regressions.Path(__file__).resolve().parent.parent)
+    tracks = [m for m in dir(Profile) if m.startswith("track_")]
+    assert len(tracks) == len(profile.STALLS) + 9
+    for m in tracks:  # as asv names an entry: parameters as stored, then the branch
+        assert any(p.match(f"bench_profile.Profile.{m}(64, 9, 65536, 'tc')@main") for p in patterns), m
+    assert not any(p.match("bench_verify_attn.Quick.track_time_vs_anchor(64, 9, 65536, 'tc')@main") for p in patterns)
+
+
+def test_report_leaves_the_profile_out_of_its_verdict(tmp_path, capsys):
+    import test_report
+
+    from verify_attn_tools import report
+
+    a, b = test_report.commits()
+    test_report.write(tmp_path, "nvidia-h200", a, test_report.BASE)
+    test_report.write(tmp_path, "nvidia-h200", b, test_report.BASE)
+    add_profile(tmp_path, "nvidia-h200", a, {"track_dram_gbps": [3000.0, 900.0, 2000.0], "track_registers": [168, 96, 255]})
+    add_profile(tmp_path, "nvidia-h200", b, {"track_dram_gbps": [300.0, 90.0, 200.0], "track_registers": [255, 255, 255]})
+    assert report.main([a, b, "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "**no significant change**" in out.splitlines()[0] and "Profile" not in out
+    # The same run judges a Quick slowdown: the verdict above is not blind.
+    test_report.write(tmp_path, "nvidia-h200", b, {**test_report.BASE, (65536, "tc"): 3.3e-4 * 1.1})
+    assert report.main([a, b, "--results", str(tmp_path)]) == 1
+
+
+def quick_times(results, machine, commit, date):
+    """Quick's times at its headline point (tc, flash, tc_mma), what the landing page's rows need."""
+    from asv import results as asv_results, runner
+
+    (results / machine).mkdir(parents=True, exist_ok=True)
+    (results / machine / "machine.json").write_text(json.dumps({"machine": machine, "version": 1}))
+    res = asv_results.Results({"machine": machine}, {}, commit, date, "3.12", "reuse-py3.12", {})
+    res.add_result({"name": "bench_verify_attn.Quick.track_time", "params": PROFILE_PARAMS, "version": "2"},
+                   runner.BenchmarkResult([1.3e-4, 5.8e-3, 2.0e-4], [None] * 3, [None] * 3, 0, "", None))
+    res.save(str(results))
+
+
+PROFILED = {"track_dram_gbps": [3050.0, 400.0, 2100.0], "track_dram_pct": [73.0, 9.6, 50.0],
+            "track_tensor_pipe_pct": [41.0, 0.0, 30.0], "track_occupancy_pct": [12.0, 40.0, 12.0],
+            "track_issue_pct": [20.0, 60.0, 25.0], "track_registers": [168, 64, 255],
+            "track_dynamic_smem_bytes": [120832, 0, 98304], "track_kernels": [2, 2, 1],
+            "track_stall_long_scoreboard": [1.9, 3.0, 0.4], "track_stall_barrier": [0.5, 0.2, 2.0],
+            "track_stall_selected": [9.0, 9.0, 9.0]}
+
+
+def landing_html(results, tmp_path) -> str:
+    from verify_attn_tools import landing
+
+    return landing.build(results, tmp_path / "index.html").read_text()
+
+
+def test_landing_without_profile_series_says_so(tmp_path):
+    results = tmp_path / "results"
+    quick_times(results, "nvidia-h200", "a" * 40, 1000)
+    quick_times(results, "nvidia-h200", "b" * 40, 2000)
+    html = landing_html(results, tmp_path)
+    assert "bench_profile.Profile): not profiled at this commit." in html
+    assert "hardware (ncu)" not in html and '<tr id="nvidia-h200-Quick-h64-q9-p65536-tc"' in html
+
+
+def test_landing_shows_the_hardware_view_and_what_moved(tmp_path):
+    results = tmp_path / "results"
+    quick_times(results, "nvidia-h200", "a" * 40, 1000)
+    add_profile(results, "nvidia-h200", "a" * 40, PROFILED)
+    quick_times(results, "nvidia-h200", "b" * 40, 2000)
+    after = {**PROFILED, "track_registers": [176, 64, 255], "track_dram_gbps": [3200.0, 402.0, 2100.0],
+             "track_stall_barrier": [0.5, 0.2, 0.1], "track_tensor_pipe_pct": [41.5, 0.0, 30.0]}
+    add_profile(results, "nvidia-h200", "b" * 40, after)
+    html = landing_html(results, tmp_path)
+    assert "not profiled at this commit" not in html
+    rows = [line for line in html.splitlines() if line.startswith('<tr class="hw">')]
+    assert len(rows) == 3  # tc, tc_mma, flash at Quick's headline point
+    tc = rows[0]
+    assert ("hardware (ncu): DRAM 3,200 GB/s (73% of peak); tensor pipe 42%; issue slots 20%; occupancy 12%; "
+            "176 registers; 118 KiB dynamic smem; top stall long scoreboard (1.90 warps/issue).") in tc
+    assert "Since aaaaaaaa: DRAM 3,050→3,200 GB/s (+4.9%), registers 168→176" in tc  # tensor pipe: +0.5, unnamed
+    mma = next(r for r in rows if "255 registers" in r)
+    assert "Since aaaaaaaa: top stall barrier→long scoreboard" in mma
+    flash = next(r for r in rows if "64 registers" in r)
+    assert "Nothing moved since aaaaaaaa" in flash  # 400 -> 402 GB/s is under 3%
+
+
+def test_landing_when_the_previous_commit_has_no_profile(tmp_path):
+    results = tmp_path / "results"
+    quick_times(results, "nvidia-h200", "a" * 40, 1000)
+    quick_times(results, "nvidia-h200", "b" * 40, 2000)
+    add_profile(results, "nvidia-h200", "b" * 40, PROFILED)
+    html = landing_html(results, tmp_path)
+    assert html.count("No profile at aaaaaaaa") == 3
