@@ -97,13 +97,15 @@ def query_metrics(ncu: str, chip: str | None = None) -> set[str] | None:
     """The base names of the metrics ncu offers on this machine's device (or on chip, e.g.
     gh100); None when it cannot tell (then every candidate is asked for and ncu's refusal
     names the unknown ones)."""
-    args = [ncu, "--query-metrics", "--csv"] + (["--chips", chip] if chip else [])
-    try:
-        proc = _run(args, 120)
-    except (OSError, NcuError):
-        return None
-    names = parse_query(proc.stdout)
-    return names if proc.returncode == 0 and names else None
+    for csv_flag in (["--csv"], []):  # the table form where --csv is not taken with the query
+        try:
+            proc = _run([ncu, "--query-metrics", *csv_flag] + (["--chips", chip] if chip else []), 120)
+        except (OSError, NcuError):
+            return None
+        names = parse_query(proc.stdout)
+        if proc.returncode == 0 and names:
+            return names
+    return None
 
 
 def offered(name: str, known: set[str] | None) -> bool:
