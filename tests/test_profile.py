@@ -26,12 +26,13 @@ M = {q: names[0] for q, names in profile.candidates().items()}
 COLUMNS = [(M["duration"], "nsecond"), (M["dram_bytes"], "byte"), (M["dram_pct"], "%"), (M["issue_pct"], "%"),
            (M["occupancy_pct"], "%"), (M["registers"], "register/thread"), (M["dynamic_smem_bytes"], "byte/block"),
            (M["pipe_gmma"], "%"), (M["pipe_hmma"], "%"),
-           (M["stall_long_scoreboard"], ""), (M["stall_barrier"], ""), (M["stall_selected"], "")]
+           (M["stall_long_scoreboard"], ""), (M["stall_barrier"], ""),
+           ("smsp__average_warps_issue_stalled_selected_per_issue_active.ratio", "")]  # not asked for: ignored
 # (kernel, its NVTX range, duration ns, DRAM bytes, dram %, issue %, occupancy %, regs, dyn smem, gmma %, hmma %,
 #  long scoreboard, barrier, selected)
 LAUNCHES = [
     ("void verify_attn::tc_attn_wg<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
-     "90,000", "75,500,000", "20.0", "30.0", "12.0", "168", "120,832", "60.0", "0.0", "1.5", "0.5", "1.0"),
+     "90,000", "75,500,000", "20.0", "30.0", "12.0", "168", "120,832", "60.0", "0.0", "1.5", "0.5", "9.0"),
     ("verify_attn::tc_merge(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
      "10,000", "4,500,000", "50.0", "10.0", "40.0", "32", "0", "0.0", "0.0", "0.5", "4.0", "1.0"),
     ("void verify_attn::tc_attn<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc_mma",
@@ -128,7 +129,8 @@ def test_summarise_one_call():
     assert (tc["registers"], tc["dynamic_smem_bytes"]) == (168, 120_832)  # the main (longest) kernel's
     assert (tc["tensor_pipe"], tc["tensor_pipe_pct"]) == ("gmma", pytest.approx(54.0))
     assert tc["stalls"]["barrier"] == pytest.approx(0.9 * 0.5 + 0.1 * 4.0)
-    assert tc["top_stall"] == "long_scoreboard"  # 1.4 against barrier's 0.85; "selected" never counts
+    assert tc["top_stall"] == "long_scoreboard"  # 1.4 against barrier's 0.85; "selected" (9.0) is not a stall
+    assert "selected" not in tc["stalls"]
     mma = profile.summarise(calls[(64, 9, 65536, "tc_mma")], M)
     assert (mma["tensor_pipe"], mma["top_stall"], mma["kernels"]) == ("hmma", "barrier", ["tc_attn"])
     assert math.isnan(mma["dram_pct"])
@@ -150,11 +152,13 @@ conf = json.load(open(os.path.join(state, "conf.json")))
 if "--version" in args:
     print("NVIDIA (R) Nsight Compute Command Line Profiler\nVersion 2025.3.0.0 (stand-in)")
 elif "--query-metrics" in args:
-    if conf.get("query_fails"):
+    if conf.get("query_fails") or (conf.get("no_csv_query") and "--csv" in args):
+        print("==ERROR== unrecognised option")
         sys.exit(1)
-    print('"Metric Name","Metric Type","Metric Unit","Metric Description"')
+    if "--csv" in args:
+        print('"Metric Name","Metric Type","Metric Unit","Metric Description"')
     for name in conf["offered"]:
-        print('"%s","Counter","","-"' % name)
+        print(('"%s","Counter","","-"' if "--csv" in args else "%-60s  description") % name)
 elif "--import" in args:
     name = "renamed.csv" if "--print-nvtx-rename" in args else "plain.csv"
     sys.stdout.write(open(os.path.join(state, name)).read())
@@ -284,7 +288,8 @@ def test_the_benchmark_reads_a_profiled_call():
         bench.setup(result, 64, 9, 2048, "tc")
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
         bench.setup(result, 8, 9, 0, "flash")
-    assert Profile.params[-1] == ["tc", "flash", "tc_mma"] and Profile.param_names[-1] == "impl"
+    assert Profile.params == [[8, 16, 64], [9, 33], [2048, 16384, 65536], ["tc", "flash", "tc_mma"]]
+    assert Profile.param_names == ["heads", "q_len", "prefix_len", "impl"]  # Quick's: the landing page joins them
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,8 +360,7 @@ PROFILED = {"track_dram_gbps": [3050.0, 400.0, 2100.0], "track_dram_pct": [73.0,
             "track_tensor_pipe_pct": [41.0, 0.0, 30.0], "track_occupancy_pct": [12.0, 40.0, 12.0],
             "track_issue_pct": [20.0, 60.0, 25.0], "track_registers": [168, 64, 255],
             "track_dynamic_smem_bytes": [120832, 0, 98304], "track_kernels": [2, 2, 1],
-            "track_stall_long_scoreboard": [1.9, 3.0, 0.4], "track_stall_barrier": [0.5, 0.2, 2.0],
-            "track_stall_selected": [9.0, 9.0, 9.0]}
+            "track_stall_long_scoreboard": [1.9, 3.0, 0.4], "track_stall_barrier": [0.5, 0.2, 2.0]}
 
 
 def landing_html(results, tmp_path) -> str:
@@ -403,3 +407,18 @@ def test_landing_when_the_previous_commit_has_no_profile(tmp_path):
     add_profile(results, "nvidia-h200", "b" * 40, PROFILED)
     html = landing_html(results, tmp_path)
     assert html.count("No profile at aaaaaaaa") == 3
+
+
+def test_the_query_as_a_table_decides_what_is_asked(stand_in, capsys):
+    state, configure = stand_in
+    offered = sorted({n.split(".")[0] for names in profile.candidates().values() for n in names}
+                     - {"sm__pipe_tensor_cycles_active", "dram__throughput"})
+    configure(no_csv_query=True, offered=offered)
+    result = profile.run([(64, 9, 65536)])
+    (args,) = [a for a in calls_of(state) if "--export" in a]
+    asked = args[args.index("--metrics") + 1].split(",")
+    assert "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed" in asked and M["dram_pct"] not in asked
+    assert M["pipe_tensor"] not in asked and M["pipe_gmma"] in asked and "launch__registers_per_thread" in asked
+    assert "pipe_tensor" in result["missing"] and result["metrics"]["registers"] == "launch__registers_per_thread"
+    assert "dram_pct" in result["missing"]  # the sample export has the first candidate's column, not this one
+    assert f"ncu offers none of {M['pipe_tensor']} on this device: no pipe_tensor series" in capsys.readouterr().err

@@ -25,14 +25,14 @@ each stall ratio the duration-weighted means of its kernels; ``registers`` and
 ``dynamic_smem_bytes`` the main kernel's (its longest). Hopper's warpgroup (gmma, wgmma) and
 mma.sync (hmma) tensor pipes are separate metrics: the largest pipe is ``tensor_pipe_pct``,
 which one is ``tensor_pipe``. A stall ratio is warps stalled for that reason per issue-active
-cycle (ncu's WarpStateStats); ``top_stall`` is the largest, "selected" (issuing) aside.
+cycle (ncu's WarpStateStats); ``top_stall`` is the largest.
 
 Metrics. Each quantity has candidate names (METRICS, TENSOR_PIPES, STALLS); those that
 ``ncu --query-metrics`` lists for the device are asked for, the first present is used and
 recorded in ``metrics``; a quantity with none has no series, said in one line.
 
 Cost, estimated for the H200: 6 points x 3 kernels x 1-2 launches = at most 36 profiled
-launches; about 27 metrics (12 stall ratios among them) take about 10 replay passes a
+launches; about 25 metrics (10 stall ratios among them) take about 10 replay passes a
 launch; a pass is the kernel (0.02-6 ms) after ncu restores its outputs and flushes the
 caches, plus ncu's own 10-20 ms: 36 x 10 x ~25 ms = ~9 s, and ~10 s to start (python and
 torch, CUDA under ncu, the extension, inputs and their float64 checks): ~20 s, under the 30 s
@@ -72,11 +72,10 @@ TENSOR_PIPES = {
     "hmma": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",  # mma.sync
     "tensor": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",         # all, where offered
 }
-# The main reasons of WarpStateStats (a series each, so few: every one is 72 asv jobs); "gmma"
-# is Hopper's wait on warpgroup MMAs, "selected" the warp issuing.
+# The main reasons of WarpStateStats, few: each is a series of 54 asv jobs. "gmma" is Hopper's
+# wait on warpgroup MMAs; "selected" (the warp issuing) is no stall and not asked for.
 STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "wait", "mio_throttle", "lg_throttle",
-          "math_pipe_throttle", "not_selected", "gmma", "no_instruction", "dispatch_stall", "selected")
-NOT_A_STALL = ("selected",)  # the warp issuing: never the top stall
+          "math_pipe_throttle", "not_selected", "gmma", "no_instruction")
 
 
 def stall_metric(reason: str) -> str:
@@ -163,7 +162,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
     pipes = {p: weighted(f"pipe_{p}") for p in TENSOR_PIPES}
     pipes = {p: v for p, v in pipes.items() if not math.isnan(v)}
     stalls = {r: weighted(f"stall_{r}") for r in STALLS}
-    ranked = [r for r in STALLS if r not in NOT_A_STALL and not math.isnan(stalls[r])]
+    ranked = [r for r in STALLS if not math.isnan(stalls[r])]
     busiest = max(pipes, key=pipes.get) if pipes else ""
     return {
         "kernels": [_short(l["kernel"]) for l in launches],

@@ -111,7 +111,6 @@ PERCENTS = (("track_dram_pct", "DRAM"), ("track_tensor_pipe_pct", "tensor pipe")
             ("track_occupancy_pct", "occupancy"))
 COUNTS = (("track_registers", "registers", 1), ("track_dynamic_smem_bytes", "KiB dynamic smem", 1024),
           ("track_kernels", "kernels", 1))
-NOT_A_STALL = "track_stall_selected"  # the warp issuing
 
 
 def profile_values(res: dict) -> dict[tuple, dict[str, float]]:
@@ -128,7 +127,7 @@ def profile_values(res: dict) -> dict[tuple, dict[str, float]]:
 
 
 def top_stall(call: dict) -> tuple[str, float] | None:
-    stalls = {k: v for k, v in call.items() if k.startswith("track_stall_") and k != NOT_A_STALL}
+    stalls = {k: v for k, v in call.items() if k.startswith("track_stall_")}
     if not stalls:
         return None
     top = max(stalls, key=stalls.get)
