@@ -45,6 +45,7 @@ SERIES = {
                         "Busiest tensor pipe (wgmma's gmma or mma.sync's hmma), % of its peak cycles active."),
     "issue_pct": ("issue_pct", 1.0, "% of peak", "Issue slots busy, % of peak (duration-weighted)."),
     "occupancy_pct": ("occupancy_pct", 1.0, "% of peak", "Achieved occupancy: active warps, % of the SM's maximum."),
+    "sm_clock": ("sm_clock_hz", 1e-6, "MHz", "The SM clock during the call, as ncu set it for its replay."),
     "registers": ("registers", 1.0, "registers", "Registers a thread of the main (longest) kernel."),
     "dynamic_smem_bytes": ("dynamic_smem_bytes", 1.0, "bytes", "Dynamic shared memory a block of the main kernel."),
 }

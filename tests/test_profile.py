@@ -320,7 +320,7 @@ def test_accepted_json_takes_every_profile_series_off_the_judged_list():
 
     patterns = regressions.not_judged(regressions.Path(__file__).resolve().parent.parent)
     tracks = [m for m in dir(Profile) if m.startswith("track_")]
-    assert len(tracks) == len(profile.STALLS) + 9
+    assert len(tracks) == len(profile.STALLS) + 10
     for m in tracks:  # as asv names an entry: parameters as stored, then the branch
         assert any(p.match(f"bench_profile.Profile.{m}(64, 9, 65536, 'tc')@main") for p in patterns), m
     assert not any(p.match("bench_verify_attn.Quick.track_time_vs_anchor(64, 9, 65536, 'tc')@main") for p in patterns)

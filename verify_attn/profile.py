@@ -16,23 +16,26 @@ profiled. The report's raw page is read twice (verify_attn.ncu): as it is (kerne
 with each kernel renamed to its innermost range; the launch IDs join the two, so every kernel
 of a call (tc's attention and merge kernels, flash's split and merge) counts for its point.
 Flags: ``--cache-control all`` (caches flushed before every replay pass), ncu's own default
-clock control (it locks the clocks for its replay: its durations are not the timer's), kernel
-replay, an explicit metric list instead of sections to keep the passes few.
+clock control, left as it is (it locks the clocks for its replay, so its durations are not the
+timer's; the SM clock it ran at is recorded), kernel replay, an explicit metric list instead of
+sections to keep the passes few.
 
 Per call: ``duration_s`` the sum of its kernels' durations; ``dram_bytes_per_s`` their DRAM
-bytes over that sum; ``dram_pct``, ``tensor_pipe_pct``, ``issue_pct``, ``occupancy_pct`` and
-each stall ratio the duration-weighted means of its kernels; ``registers`` and
-``dynamic_smem_bytes`` the main kernel's (its longest). Hopper's warpgroup (gmma, wgmma) and
+bytes over that sum; ``dram_pct``, ``tensor_pipe_pct``, ``issue_pct``, ``occupancy_pct``,
+``sm_clock_hz`` and each stall ratio the duration-weighted means of its kernels;
+``registers`` and ``dynamic_smem_bytes`` the main kernel's (its longest). Hopper's warpgroup (gmma, wgmma) and
 mma.sync (hmma) tensor pipes are separate metrics: the largest pipe is ``tensor_pipe_pct``,
 which one is ``tensor_pipe``. A stall ratio is warps stalled for that reason per issue-active
 cycle (ncu's WarpStateStats); ``top_stall`` is the largest.
 
 Metrics. Each quantity has candidate names (METRICS, TENSOR_PIPES, STALLS); those that
 ``ncu --query-metrics`` lists for the device are asked for, the first present is used and
-recorded in ``metrics``; a quantity with none has no series, said in one line.
+recorded in ``metrics``; a quantity with none has no series, said in one line, and so has one
+ncu refuses all the same (the profile is then taken again without it) or leaves out of its
+report.
 
 Cost, estimated for the H200: 6 points x 3 kernels x 1-2 launches = at most 36 profiled
-launches; about 25 metrics (10 stall ratios among them) take about 10 replay passes a
+launches; about 26 metrics (10 stall ratios among them) take about 10 replay passes a
 launch; a pass is the kernel (0.02-6 ms) after ncu restores its outputs and flushes the
 caches, plus ncu's own 10-20 ms: 36 x 10 x ~25 ms = ~9 s, and ~10 s to start (python and
 torch, CUDA under ncu, the extension, inputs and their float64 checks): ~20 s, under the 30 s
@@ -63,6 +66,7 @@ METRICS = {
     "issue_pct": ("sm__inst_issued.avg.pct_of_peak_sustained_active",  # "Issue Slots Busy"
                   "smsp__issue_active.avg.pct_of_peak_sustained_active"),
     "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "sm_clock_hz": ("gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"),  # as ncu set it
     "registers": ("launch__registers_per_thread",),
     "dynamic_smem_bytes": ("launch__shared_mem_per_block_dynamic",),
 }
@@ -173,6 +177,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
         "tensor_pipe": busiest,
         "issue_pct": weighted("issue_pct"),
         "occupancy_pct": weighted("occupancy_pct"),
+        "sm_clock_hz": weighted("sm_clock_hz"),
         "registers": values("registers")[main],
         "dynamic_smem_bytes": values("dynamic_smem_bytes")[main],
         "stalls": stalls,
