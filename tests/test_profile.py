@@ -422,3 +422,19 @@ def test_the_query_as_a_table_decides_what_is_asked(stand_in, capsys):
     assert "pipe_tensor" in result["missing"] and result["metrics"]["registers"] == "launch__registers_per_thread"
     assert "dram_pct" in result["missing"]  # the sample export has the first candidate's column, not this one
     assert f"ncu offers none of {M['pipe_tensor']} on this device: no pipe_tensor series" in capsys.readouterr().err
+
+
+def test_the_command_line_prints_a_table_and_writes_json(stand_in, tmp_path, capsys):
+    assert profile.main(["--points", "64:9:65536", "--json", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    tc = next(line for line in out if line.startswith("h64 q9 p65536 tc "))
+    assert "tc_attn_wg+tc_merge" in tc and tc.endswith("long_scoreboard")
+    assert out[-1].startswith("2 calls in ") and "passes a launch [8, 9]" in out[-1]
+    saved = json.loads((tmp_path / "p.json").read_text())
+    assert saved["points"]["64:9:65536:tc"]["registers"] == 168
+
+
+def test_the_command_line_without_ncu_is_one_line(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(ncu, "find", lambda: (_ for _ in ()).throw(ncu.NcuError("ncu (Nsight Compute) not found")))
+    assert profile.main(["--points", "64:9:65536"]) == 1
+    assert capsys.readouterr().err == "python -m verify_attn.profile: ncu (Nsight Compute) not found\n"
