@@ -13,7 +13,8 @@ class Resources:
     version = "2"  # per implementation (version 1 was per kernel function)
 
     def setup_cache(self):
-        # The first class asv sets up: the suite's builds start here, beside this nvcc report.
+        # The suite's builds start here, beside this nvcc report (or already in Profile's set-up,
+        # which asv runs first where it is selected).
         prebuild.start()
         try:
             return resources.report()

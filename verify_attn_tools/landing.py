@@ -10,8 +10,11 @@ verdict is report's (verify_attn_tools/report.py: compare and markdown, imported
 judged on the drift-free series track_time_vs_anchor, asv's Mann-Whitney test and a factor of
 1.03; where one of the two commits lacks that series the change shows as raw, not judged. A
 trend line per point (every recorded commit's time) links to the point's asv graph, the
-verdict to the commit. Static HTML with its style inline: no script, no network, nothing
-fetched; every value from a results file is HTML-escaped.
+verdict to the commit. Under Quick's rows, where the newest commit has the profiler's series
+(benchmarks/bench_profile.py), the hardware's view of that call and what moved since the
+previous commit's profile (hardware()); without them the page says the commit was not
+profiled. Static HTML with its style inline: no script, no network, nothing fetched; every
+value from a results file is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ HEADLINE = (
     ("Serving", {"batch": 8, "heads": 64, "q_len": 9}),
     ("Quick", {"heads": 64, "q_len": 9, "prefix_len": 65536}),
 )
-IMPLS = ("tc", "tc_mma", "flashmla", "flash", "torch", "naive")  # row order within a shape
+IMPLS = ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "flashmla", "flash", "torch", "naive")  # row order within a shape
 REFERENCE = "flashmla"
 
 
@@ -57,6 +60,7 @@ class Point:
     row: report.Row | None = None      # report's comparison with the previous commit
     trend: list = field(default_factory=list)  # [(commit, seconds)] oldest first
     graph: str = ""                    # the asv graph page of the point
+    hardware: str = ""                 # the profiler's view at the newest commit and what moved (hardware())
 
     @property
     def case(self) -> str:
@@ -71,6 +75,7 @@ class Machine:
     code: int | None = None            # report's exit code for the whole suite: 0, 1 slower, 2 failed
     summary: str = ""
     ceilings: str = ""
+    profiled: bool = False             # the newest commit has profiler series (bench_profile)
 
 
 def results_files(results_dir: Path, machine: str) -> list[tuple[str, int]]:
@@ -128,6 +133,79 @@ def machine_details(recorded: dict[str, float], clocks: list[float] = ()) -> dic
     return out
 
 
+PROFILE_SUITE = "bench_profile"  # Nsight Compute's counters at Quick's points (benchmarks/bench_profile.py)
+PROFILED = "Quick"  # the landing's class whose points the profile shares (heads, q_len, prefix_len, impl)
+# The moves a glance names since the previous commit's profile; smaller ones go unnamed (descriptive
+# series, not a verdict): a % of peak by 2 points, the DRAM bandwidth by 3%, a count by any.
+MOVED_POINTS, MOVED_SHARE = 2.0, 0.03
+PERCENTS = (("track_dram_pct", "DRAM"), ("track_tensor_pipe_pct", "tensor pipe"), ("track_issue_pct", "issue slots"),
+            ("track_occupancy_pct", "occupancy"))
+COUNTS = (("track_registers", "registers", 1), ("track_dynamic_smem_bytes", "KiB dynamic smem", 1024),
+          ("track_kernels", "kernels", 1))
+
+
+def profile_values(res: dict) -> dict[tuple, dict[str, float]]:
+    """{(heads, q_len, prefix_len, impl): {series: value}} of the profiler's series in a commit's
+    loaded results (n/a left out)."""
+    out: dict[tuple, dict[str, float]] = {}
+    prefix = f"{PROFILE_SUITE}.Profile."
+    for key, (_, pts) in res.items():
+        if key.startswith(prefix):
+            for combo, (v, _, _) in pts.items():
+                if isinstance(v, (int, float)) and not report.isna(v):
+                    out.setdefault(combo, {})[key[len(prefix):]] = float(v)
+    return out
+
+
+def top_stall(call: dict) -> tuple[str, float] | None:
+    stalls = {k: v for k, v in call.items() if k.startswith("track_stall_")}
+    if not stalls:
+        return None
+    top = max(stalls, key=stalls.get)
+    return top[len("track_stall_"):].replace("_", " "), stalls[top]
+
+
+def moved(new: dict, old: dict) -> list[str]:
+    """What moved past the glance's thresholds between two profiles of one point."""
+    out = []
+    a, b = old.get("track_dram_gbps"), new.get("track_dram_gbps")
+    if a and b and abs(b / a - 1) >= MOVED_SHARE:
+        out.append(f"DRAM {a:,.0f}→{b:,.0f} GB/s ({100 * (b / a - 1):+.1f}%)")
+    for series, words in PERCENTS:
+        a, b = old.get(series), new.get(series)
+        if a is not None and b is not None and abs(b - a) >= MOVED_POINTS:
+            out.append(f"{words} {a:.0f}→{b:.0f}%")
+    for series, words, scale in COUNTS:
+        a, b = old.get(series), new.get(series)
+        if a is not None and b is not None and a != b:
+            out.append(f"{words} {a / scale:.0f}→{b / scale:.0f}")
+    a, b = top_stall(old), top_stall(new)
+    if a and b and a[0] != b[0]:
+        out.append(f"top stall {a[0]}→{b[0]}")
+    return out
+
+
+def hardware(new: dict, old: dict | None, old_sha: str | None) -> str:
+    """The profiler's view of one point at the newest commit, then what moved since the previous
+    commit's profile of it (old None: that commit has none; old_sha None: no previous commit)."""
+    parts = []
+    if "track_dram_gbps" in new:
+        pct = new.get("track_dram_pct")
+        parts.append(f"DRAM {new['track_dram_gbps']:,.0f} GB/s" + (f" ({pct:.0f}% of peak)" if pct is not None else ""))
+    parts += [f"{words} {new[series]:.0f}%" for series, words in PERCENTS[1:] if series in new]
+    parts += [f"{new[series] / scale:.0f} {words}" for series, words, scale in COUNTS[:2] if series in new]
+    top = top_stall(new)
+    if top:
+        parts.append(f"top stall {top[0]} ({top[1]:.2f} warps/issue)")
+    text = "; ".join(parts) or "profiled, no figure recorded"
+    if old_sha is None:
+        return text
+    if old is None:
+        return f"{text}. No profile at {old_sha[:8]}"
+    moves = moved(new, old)
+    return f"{text}. Since {old_sha[:8]}: {', '.join(moves)}" if moves else f"{text}. Nothing moved since {old_sha[:8]}"
+
+
 def value(res: dict, cls: str, metric: str, combo: tuple):
     v = res.get(f"{BENCH}.{cls}.{metric}", (None, {}))[1].get(combo, report.NA)[0]
     return None if report.isna(v) else v
@@ -167,8 +245,9 @@ def change_words(row: report.Row | None) -> tuple[str, str]:
 
 def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     commits = results_files(results_dir, name)
-    loaded = [report.load(results_dir, name, sha, (BENCH, MACHINE_SUITE)) for sha, _ in commits]
+    loaded = [report.load(results_dir, name, sha, (BENCH, MACHINE_SUITE, PROFILE_SUITE)) for sha, _ in commits]
     recorded = machine_values(loaded[-1]) if loaded else {}
+    profiles = [profile_values(res) for res in loaded[-2:]]  # the newest commit's and the one before
     loaded = [{k: v for k, v in res.items() if k.startswith(f"{BENCH}.")} for res in loaded]
     new = loaded[-1] if loaded else {}
     old = loaded[-2] if len(loaded) > 1 else {}
@@ -190,8 +269,12 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
                       t / ref if t is not None and ref else None, trend=trend,
                       graph=graph_url(name, cls, shape, impl))
             p.row = by_point.get((p.case, impl))
+            if cls == PROFILED and combo in (profiles[-1] if profiles else {}):
+                before = profiles[0] if len(profiles) > 1 else None
+                p.hardware = hardware(profiles[-1][combo], before.get(combo) if before is not None else None,
+                                      commits[-2][0] if before is not None else None)
             points.append(p)
-    m = Machine(name, commits, points)
+    m = Machine(name, commits, points, profiled=bool(profiles and profiles[-1]))
     if len(commits) > 1:
         _, m.code = report.markdown(rows, commits[-2][0], commits[-1][0], name, report.FACTOR, True)
         counted = [r for r in rows if report.counts(r.impl)]
@@ -258,6 +341,7 @@ th{background:#fafafa;position:sticky;top:0}td.l,th.l{text-align:left}
 tr.shape td{background:#eef2f7;font-weight:600;text-align:left}
 .ok{color:#27632a}.good{color:#0b6b0b;font-weight:600}.bad{color:#b00020;font-weight:700}.na{color:#666}
 .spark{vertical-align:middle}td.v{white-space:normal;min-width:12em;text-align:left}
+tr.hw td{border-bottom:1px solid #e4e4e4;color:#444;font-size:.88em;padding-top:0}
 @media (max-width:600px){body{font-size:14px;padding:0 .4em}th,td{padding:.2em .3em}.hide-sm{display:none}}
 """
 
@@ -305,6 +389,7 @@ def render(machines: list[Machine], commit_url: str | None) -> str:
         if not m.points:
             out.append("<p>None of the headline points was measured on this machine.</p>")
             continue
+        out.append(f'<p class="meta">{_profile_words(m)}</p>')
         out.append('<div class="scroll"><table><thead><tr><th class="l">impl</th><th>ms</th><th>x naive</th>'
                    '<th>% roofline</th><th>/ FlashMLA</th><th class="l">since previous commit</th>'
                    '<th class="hide-sm">trend</th></tr></thead><tbody>')
@@ -325,6 +410,8 @@ def render(machines: list[Machine], commit_url: str | None) -> str:
                        f"<td>{fmt(None if p.peak is None else 100 * p.peak, '.3g', '%')}</td>"
                        f"<td>{fmt(p.vs_reference, '.2f')}</td><td class=\"v {css}\">{words_html}</td>"
                        f'<td class="hide-sm"><a href="{esc(p.graph)}" title="graph">{sparkline(p.trend)}</a></td></tr>')
+            if p.hardware:
+                out.append(f'<tr class="hw"><td></td><td class="v hw" colspan="6">hardware (ncu): {esc(p.hardware)}</td></tr>')
         out.append("</tbody></table></div>")
     out.append('<p class="meta">Every series, every point: <a href="asv.html">asv\'s benchmark grid</a>. '
                "How the numbers are taken: the repository's README and docs/timing.md.</p></body></html>")
@@ -341,6 +428,17 @@ def _shape_words(cls: str, shape: dict) -> str:
     what = {"Chain": "chain tree, batch 1 (FlashMLA's shapes)", "Serving": "serving step, ragged paged trees",
             "Quick": "Quick: the pull-request gate's point"}.get(cls, cls)
     return f"{what}: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in shape.items())
+
+
+def _profile_words(m: Machine) -> str:
+    """Whether the newest commit has the profiler's view, and what it is."""
+    if not m.profiled:
+        return (f"Hardware view (Nsight Compute at Quick's points, {PROFILE_SUITE}.Profile): not profiled at this "
+                "commit.")
+    return ("Hardware view under Quick's rows: Nsight Compute's counters for one call at this commit (its clocks "
+            f"locked for the replay; {PROFILE_SUITE}.Profile, drawn, not judged), then what moved since the previous "
+            f"commit's profile: a % of peak by {MOVED_POINTS:g} points or more, the DRAM bandwidth by "
+            f"{100 * MOVED_SHARE:g}% or more, any count.")
 
 
 def _glance(m: Machine) -> str:

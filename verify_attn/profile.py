@@ -1,0 +1,358 @@
+"""The hardware's account of Quick's points: Nsight Compute (ncu) over the kernels under test.
+
+What. Every point of Quick's selection on this device (verify_attn.grid) for ``impls()``: the
+kernels under test that run on the GPU, pinned-path variants included (tc, flash, tc_mma).
+naive, the baseline, is left out: nobody tunes it, and its chunked calls at prefix 65,536
+(15 launches, 140 ms a call) would take half the budget under replay. The inputs are Quick's
+(cases.grid_case with the selection's tree, seed 0: the first of the input sets Quick
+rotates), checked and prepared through verify_attn.candidate; a candidate that fails its check
+or does not take the point is skipped with the reason.
+
+How. ONE ncu process runs this module as its target (``--target``): per point and
+implementation one warm-up call, then one call inside the NVTX push/pop range
+"va-profile:H:Q:P:IMPL", nested in the range "verify_attn.profile" that ncu's filter takes
+(``--nvtx-include verify_attn.profile/``); checks, warm-ups and input making are not
+profiled. The report's raw page is read twice (verify_attn.ncu): as it is (kernel names) and
+with each kernel renamed to its innermost range; the launch IDs join the two, so every kernel
+of a call (tc's attention and merge kernels, flash's split and merge) counts for its point.
+Flags: ``--cache-control all`` (caches flushed before every replay pass), ncu's own default
+clock control, left as it is (it locks the clocks for its replay, so its durations are not the
+timer's; the SM clock it ran at is recorded), kernel replay, an explicit metric list instead of
+sections to keep the passes few.
+
+Per call: ``duration_s`` the sum of its kernels' durations; ``dram_bytes_per_s`` their DRAM
+bytes over that sum; ``dram_pct``, ``tensor_pipe_pct``, ``issue_pct``, ``occupancy_pct``,
+``sm_clock_hz`` and each stall ratio the duration-weighted means of its kernels;
+``registers`` and ``dynamic_smem_bytes`` the main kernel's (its longest). Hopper's warpgroup (gmma, wgmma) and
+mma.sync (hmma) tensor pipes are separate metrics: the largest pipe is ``tensor_pipe_pct``,
+which one is ``tensor_pipe``. A stall ratio is warps stalled for that reason per issue-active
+cycle (ncu's WarpStateStats); ``top_stall`` is the largest.
+
+Metrics. Each quantity has candidate names (METRICS, TENSOR_PIPES, STALLS); those that
+``ncu --query-metrics`` lists for the device are asked for, the first present is used and
+recorded in ``metrics``; a quantity with none has no series, said in one line, and so has one
+ncu refuses all the same (the profile is then taken again without it) or leaves out of its
+report.
+
+Cost, estimated for the H200: 6 points x 3 kernels x 1-2 launches = at most 36 profiled
+launches; about 26 metrics (10 stall ratios among them) take about 10 replay passes a
+launch; a pass is the kernel (0.02-6 ms) after ncu restores its outputs and flushes the
+caches, plus ncu's own 10-20 ms: 36 x 10 x ~25 ms = ~9 s, and ~10 s to start (python and
+torch, CUDA under ncu, the extension, inputs and their float64 checks): ~20 s, under the 30 s
+budget, so every Quick point is profiled. The result records the measured ``seconds`` and
+ncu's ``passes`` per launch to check this against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+import time
+from pathlib import Path
+
+from . import ncu, registry
+
+RANGE = "verify_attn.profile"  # the NVTX range ncu's filter takes: only the profiled calls
+LABEL = re.compile(r"va-profile:(\d+):(\d+):(\d+):([\w.-]+)")
+# quantity -> candidate metric names, preferred first (Nsight Compute 2023-2025 names).
+METRICS = {
+    "duration": ("gpu__time_duration.sum",),
+    "dram_bytes": ("dram__bytes.sum",),
+    "dram_pct": ("dram__throughput.avg.pct_of_peak_sustained_elapsed",
+                 "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"),
+    "issue_pct": ("sm__inst_issued.avg.pct_of_peak_sustained_active",  # "Issue Slots Busy"
+                  "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+    "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
+    "sm_clock_hz": ("gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"),  # as ncu set it
+    "registers": ("launch__registers_per_thread",),
+    "dynamic_smem_bytes": ("launch__shared_mem_per_block_dynamic",),
+}
+# Every tensor pipe ncu offers is asked for; the busiest is the call's tensor_pipe_pct.
+TENSOR_PIPES = {
+    "gmma": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",  # wgmma, Hopper
+    "hmma": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",  # mma.sync
+    "tensor": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",         # all, where offered
+}
+# The main reasons of WarpStateStats, few: each is a series of 54 asv jobs. "gmma" is Hopper's
+# wait on warpgroup MMAs; "selected" (the warp issuing) is no stall and not asked for.
+STALLS = ("long_scoreboard", "short_scoreboard", "barrier", "wait", "mio_throttle", "lg_throttle",
+          "math_pipe_throttle", "not_selected", "gmma", "no_instruction")
+
+
+def stall_metric(reason: str) -> str:
+    return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
+
+
+def candidates() -> dict[str, tuple[str, ...]]:
+    """Every quantity's candidate names: METRICS, each tensor pipe, each stall."""
+    out = dict(METRICS)
+    out.update({f"pipe_{p}": (name,) for p, name in TENSOR_PIPES.items()})
+    out.update({f"stall_{r}": (stall_metric(r),) for r in STALLS})
+    return out
+
+
+def choose(known: set[str] | None) -> tuple[dict[str, str], list[str]]:
+    """({quantity: metric used}, [quantities ncu offers none of]) for the query's base names
+    (None: the query failed, every quantity's first candidate)."""
+    chosen, missing = {}, []
+    for quantity, names in candidates().items():
+        name = next((n for n in names if ncu.offered(n, known)), None)
+        if name is None:
+            missing.append(quantity)
+        else:
+            chosen[quantity] = name
+    return chosen, missing
+
+
+def impls() -> tuple[str, ...]:
+    """The implementations profiled, in asv's display order: under test, CUDA kernels, not
+    the baseline."""
+    return tuple(n for n in registry.display_order("cuda") if registry.get(n).under_test
+                 and registry.get(n).cuda_sources and not registry.get(n).baseline)
+
+
+def label(heads: int, q_len: int, prefix: int, impl: str) -> str:
+    return f"va-profile:{heads}:{q_len}:{prefix}:{impl}"
+
+
+def point_of(name: str) -> tuple | None:
+    """(heads, q_len, prefix_len, impl) of a kernel renamed by its NVTX range, or None."""
+    m = LABEL.search(name)
+    return (int(m[1]), int(m[2]), int(m[3]), m[4]) if m else None
+
+
+def attribute(plain: list[dict], renamed: list[dict]) -> tuple[dict[tuple, list[dict]], list[dict]]:
+    """({point: its kernel launches in launch order}, [launches no range names]): the two
+    exports of one report joined by launch ID; a launch keeps its real kernel name."""
+    ranges = {r["id"]: point_of(r["kernel"]) for r in renamed}
+    calls, stray = {}, []
+    for launch in sorted(plain, key=lambda r: r["id"]):
+        point = ranges.get(launch["id"])
+        if point is None:
+            stray.append(launch)
+        else:
+            calls.setdefault(point, []).append(launch)
+    return calls, stray
+
+
+def _short(kernel: str) -> str:
+    """A kernel's function name without its namespace, template arguments and parameters."""
+    name = kernel.split("(")[0].strip()
+    name = re.sub(r"<.*>", "", name).split()[-1] if name else kernel
+    return name.split("::")[-1]
+
+
+def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
+    """One call's figures from its kernel launches (the rules in the module's docstring);
+    NaN where a metric is not chosen or has no value."""
+    def values(quantity):
+        name = chosen.get(quantity)
+        return [l["values"].get(name, math.nan) if name else math.nan for l in launches]
+
+    durations = values("duration")
+    total = sum(d for d in durations if not math.isnan(d))
+    weights = durations if total > 0 else [1.0] * len(launches)
+    wsum = sum(w for w in weights if not math.isnan(w))
+
+    def weighted(quantity):
+        pairs = [(v, w) for v, w in zip(values(quantity), weights) if not math.isnan(v) and not math.isnan(w)]
+        return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs and wsum > 0 else math.nan
+
+    main = max(range(len(launches)), key=lambda n: -1 if math.isnan(durations[n]) else durations[n])
+    dram = [v for v in values("dram_bytes") if not math.isnan(v)]
+    pipes = {p: weighted(f"pipe_{p}") for p in TENSOR_PIPES}
+    pipes = {p: v for p, v in pipes.items() if not math.isnan(v)}
+    stalls = {r: weighted(f"stall_{r}") for r in STALLS}
+    ranked = [r for r in STALLS if not math.isnan(stalls[r])]
+    busiest = max(pipes, key=pipes.get) if pipes else ""
+    return {
+        "kernels": [_short(l["kernel"]) for l in launches],
+        "duration_s": total if total > 0 else math.nan,
+        "dram_bytes_per_s": sum(dram) / total if dram and total > 0 else math.nan,
+        "dram_pct": weighted("dram_pct"),
+        "tensor_pipe_pct": pipes[busiest] if busiest else math.nan,
+        "tensor_pipe": busiest,
+        "issue_pct": weighted("issue_pct"),
+        "occupancy_pct": weighted("occupancy_pct"),
+        "sm_clock_hz": weighted("sm_clock_hz"),
+        "registers": values("registers")[main],
+        "dynamic_smem_bytes": values("dynamic_smem_bytes")[main],
+        "stalls": stalls,
+        "top_stall": max(ranked, key=stalls.get) if ranked else "",
+    }
+
+
+def work_dir() -> Path:
+    """Where the last profile's files stay for a person to open (report, exports, ncu's log)."""
+    from . import build
+
+    path = build.cache_dir() / "profile"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def say(line: str) -> None:
+    from . import suite
+
+    suite.progress(f"[verify_attn] profile: {line}")
+
+
+def run(points=None, timeout: float = 200, builds=("extension",)) -> dict:
+    """Profile the points ((heads, q_len, prefix); default Quick's on this device) for impls()
+    in one ncu process, once the extension is built (with it the other builds named, not
+    waited for: verify_attn.prebuild). Raises ncu.NcuError (one line) when nothing can be
+    recorded."""
+    from . import prebuild, suite
+
+    points = [tuple(p) for p in (points or suite.selection("quick").points())]
+    tool = ncu.find()
+    chosen, missing = choose(ncu.query_metrics(tool))
+    for quantity in missing:
+        say(f"ncu offers none of {', '.join(candidates()[quantity])} on this device: no {quantity} series")
+    # The extension must be done before ncu starts, not built under it.
+    for proc in prebuild.start(builds):
+        if proc.args[-1] == "extension":
+            proc.wait()
+    t0 = time.perf_counter()  # the profile's own time, what the 30 s budget is about
+    out = work_dir()
+    report, manifest = out / "report", out / "manifest.json"
+    manifest.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
+               "--points", ",".join(":".join(map(str, p)) for p in points), "--impls", ",".join(impls())]
+    requested = sorted(set(chosen.values()))
+    try:
+        log = ncu.profile(tool, report, requested, f"{RANGE}/", command, timeout)
+    except ncu.NcuError as exc:
+        (out / "ncu.log").write_text(exc.log)
+        unknown = ncu.refused(exc.log, requested)  # listed by the query (or not asked) yet refused
+        if not unknown:
+            raise
+        say(f"ncu refused {', '.join(unknown)}: profiling again without")
+        chosen = {q: n for q, n in chosen.items() if n not in unknown}
+        missing += [q for q, n in candidates().items() if q not in chosen and q not in missing]
+        requested = sorted(set(chosen.values()))
+        log = ncu.profile(tool, report, requested, f"{RANGE}/", command, timeout)
+    (out / "ncu.log").write_text(log)
+    plain, renamed = ncu.export_raw(tool, report), ncu.export_raw(tool, report, nvtx_rename=True)
+    (out / "raw.csv").write_text(plain)
+    (out / "raw-nvtx.csv").write_text(renamed)
+    launches = ncu.parse_raw(plain)
+    columns = set().union(*(l["values"] for l in launches)) if launches else set()
+    for quantity, name in list(chosen.items()):
+        if name not in columns:
+            say(f"ncu's report has no column {name}: no {quantity} series")
+            del chosen[quantity]
+            missing.append(quantity)
+    calls, stray = attribute(launches, ncu.parse_raw(renamed))
+    if stray:
+        say(f"{len(stray)} profiled launches outside any point's range, left out: "
+            f"{', '.join(sorted({_short(l['kernel']) for l in stray}))}")
+    if not calls:
+        raise ncu.NcuError(f"no profiled launch could be attributed to a point (see {out})")
+    done = json.loads(manifest.read_text()) if manifest.exists() else {"profiled": [], "skipped": {}}
+    for name in done["profiled"]:
+        if point_of(name) not in calls:
+            say(f"{name} was called but no kernel of it was profiled")
+    return {"device": "cuda", "ncu": ncu.version(tool), "metrics": chosen, "missing": sorted(set(missing)),
+            "points": {p: summarise(k, chosen) for p, k in calls.items()},
+            "skipped": {point_of(k): why for k, why in done["skipped"].items()},
+            "passes": ncu.passes(log), "seconds": time.perf_counter() - t0, "files": str(out)}
+
+
+def recorded() -> dict:
+    """What the asv class records: run()'s result, or {"error": one line} (no GPU, no ncu, a
+    failed profile), never an exception: the suite's other results stand either way."""
+    from . import prebuild, suite
+
+    if suite.device() != "cuda":
+        return {"error": "no GPU: the profiler's series are GPU only"}
+    try:
+        # Every build of the suite starts here, side by side: asv sets this class up before
+        # Resources and the grids.
+        result = run(builds=prebuild.WHAT)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the profile is one line, not asv's traceback
+        line = str(exc).splitlines()[0] if str(exc) else ""
+        why = line if isinstance(exc, ncu.NcuError) else f"{type(exc).__name__}: {line}"
+        say(f"no series: {why}")
+        return {"error": why}
+    say(f"{len(result['points'])} calls profiled in {result['seconds']:.0f} s ({result['ncu']}; "
+        f"passes a launch {min(result['passes'], default=0)}-{max(result['passes'], default=0)}; files {result['files']})")
+    return result
+
+
+def target(points: list[tuple], impls_: list[str], manifest: Path) -> int:
+    """The program ncu profiles: each candidate once, in its point's NVTX range, after a check
+    and a warm-up call outside it."""
+    import torch
+
+    from . import candidate, cases, ops, suite
+
+    ops.load()
+    sel = suite.selection("quick")
+    done = {"profiled": [], "skipped": {}}
+    for heads, q_len, prefix in points:
+        inputs = cases.make_inputs(cases.grid_case(heads, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to), "cuda", 0)
+        for o in candidate.outcomes(inputs, candidate.of(impls_)):
+            name = label(heads, q_len, prefix, o.impl)
+            if o.skipped or not o.error.ok:
+                done["skipped"][name] = o.skipped or f"fails its check: {o.error.reason}"
+                continue
+            call = candidate.prepare(o.candidate, inputs)
+            call()
+            torch.cuda.synchronize()
+            torch.cuda.nvtx.range_push(RANGE)
+            torch.cuda.nvtx.range_push(name)
+            call()
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.nvtx.range_pop()
+            torch.cuda.synchronize()
+            done["profiled"].append(name)
+        del inputs
+        torch.cuda.empty_cache()  # what ncu saves and restores each pass: this point's memory only
+    manifest.write_text(json.dumps(done))
+    return 0
+
+
+def table(result: dict) -> str:
+    """The result as a table for a person."""
+    rows = [f"{'point':24s} {'kernels':28s} {'us':>8s} {'GB/s':>7s} {'dram%':>6s} {'tensor%':>8s} {'issue%':>7s} "
+            f"{'occ%':>5s} {'regs':>5s} {'smem':>7s}  top stall"]
+    for (h, q, p, impl), c in sorted(result["points"].items(), key=lambda kv: (kv[0][:3], kv[0][3])):
+        rows.append(f"{f'h{h} q{q} p{p} {impl}':24s} {'+'.join(c['kernels'])[:28]:28s} {c['duration_s'] * 1e6:8.1f} "
+                    f"{c['dram_bytes_per_s'] / 1e9:7.0f} {c['dram_pct']:6.1f} {c['tensor_pipe_pct']:5.1f} "
+                    f"{c['tensor_pipe'][:2]:2s} {c['issue_pct']:7.1f} {c['occupancy_pct']:5.1f} {c['registers']:5.0f} "
+                    f"{c['dynamic_smem_bytes']:7.0f}  {c['top_stall']}")
+    return "\n".join(rows)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m verify_attn.profile", description=__doc__.splitlines()[0])
+    p.add_argument("--target", action="store_true", help="(ncu's target: run the calls, profile nothing)")
+    p.add_argument("--manifest", type=Path, help="(with --target) where to write what was called and skipped")
+    p.add_argument("--points", help="H:Q:P,... (default: Quick's points on this device)")
+    p.add_argument("--impls", help="(with --target) the implementations, comma separated")
+    p.add_argument("--json", type=Path, help="also write the result here")
+    args = p.parse_args(argv)
+    points = [tuple(int(x) for x in s.split(":")) for s in args.points.split(",")] if args.points else None
+    if args.target:
+        return target(points or [], args.impls.split(","), args.manifest)
+    try:
+        result = run(points)
+    except ncu.NcuError as exc:
+        print(f"python -m verify_attn.profile: {exc}", file=sys.stderr)
+        return 1
+    print(table(result))
+    print(f"{len(result['points'])} calls in {result['seconds']:.1f} s; {result['ncu']}; passes a launch "
+          f"{sorted(set(result['passes']))}; metrics {json.dumps(result['metrics'])}; missing {result['missing']}; "
+          f"skipped {result['skipped']}; files {result['files']}")
+    if args.json:
+        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v for k, v in result["points"].items()},
+                                         "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
