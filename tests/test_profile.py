@@ -223,7 +223,9 @@ def test_run_through_ncu(stand_in, capsys):
     assert args[args.index("--cache-control") + 1] == "all" and "--clock-control" not in args  # ncu's own clocks
     target = args[args.index("--force-overwrite") + 1:]
     assert target[:4] == [sys.executable, "-m", "verify_attn.profile", "--target"]
-    assert target[target.index("--impls") + 1] == "tc,flash,tc_mma" and "naive" not in target
+    impls = target[target.index("--impls") + 1].split(",")
+    assert impls[:3] == ["tc", "flash", "tc_mma"] and set(impls[3:]) <= {"tc_wgmma", "tc_wgmma_t"}  # tc's pinned paths
+    assert "naive" not in target
     assert "1 profiled launches outside any point's range, left out: vectorized_elementwise_kernel" in capsys.readouterr().err
     assert (profile.work_dir() / "raw-nvtx.csv").exists()  # the files stay for a person
 
@@ -288,7 +290,8 @@ def test_the_benchmark_reads_a_profiled_call():
         bench.setup(result, 64, 9, 2048, "tc")
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
         bench.setup(result, 8, 9, 0, "flash")
-    assert Profile.params == [[8, 16, 64], [9, 33], [2048, 16384, 65536], ["tc", "flash", "tc_mma"]]
+    assert Profile.params == [[8, 16, 64], [9, 33], [2048, 16384, 65536], list(profile.impls())]
+    assert profile.impls()[:3] == ("tc", "flash", "tc_mma")
     assert Profile.param_names == ["heads", "q_len", "prefix_len", "impl"]  # Quick's: the landing page joins them
 
 
