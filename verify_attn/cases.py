@@ -174,6 +174,9 @@ def _named() -> dict[str, Case]:
         Case("unit_2x16x9x1033", 2, 16, 9, (1024, 300), magnitude="unit"),
         Case("mla_1x16x9x1009", 1, 16, 9, (1000,), tree=(-1, 0, 0, 1, 1, 2, 3, 4, 5)),
         Case("mla_paged_2x64x17", 2, 64, 17, (2500, 40), paged=True),
+        # 24 query rows an element: one group of 32 rows, 8 of them padding (tc's wgmma_t at 16
+        # rows a warpgroup, which no other case reaches), paged and ragged.
+        Case("rows24_2x8x3x317", 2, 8, 3, (314, 17), paged=True),
         # Few rows and a long prefix not a multiple of 64: few blocks share the keys, so each
         # split holds many tiles and ends mid-tile (the splits of the cases above hold <= 2).
         Case("long_1x8x9x30011", 1, 8, 9, (30002,), large=True),

@@ -63,6 +63,7 @@ def main(argv=None) -> int:
     work = [(c.name, c, lambda c=c: cases.make_inputs(c, args.device, seed)) for c in chosen]
     work += [(f, None, lambda f=f: validated(cases.load_bundle(f).to(args.device))) for f in args.files]
     failed = checked = 0
+    w = max(map(len, impls), default=8)  # one column for the names, the longest included
     for name, case, make in work:
         try:
             inputs = make()
@@ -73,13 +74,13 @@ def main(argv=None) -> int:
         shape = " ".join(f"{k}={v}" for k, v in inputs.shape.items())
         for o in outcomes(inputs, of(impls)):
             if o.skipped:
-                print(f"SKIP {o.impl:8s} {name:24s} {shape}  ({o.skipped})", flush=True)
+                print(f"SKIP {o.impl:{w}s} {name:24s} {shape}  ({o.skipped})", flush=True)
                 continue
             err = o.error
             failed += not err.ok
             checked += 1
             note = f"  ({err.reason})" if err.reason else ""
-            print(f"{'PASS' if err.ok else 'FAIL'} {o.impl:8s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
+            print(f"{'PASS' if err.ok else 'FAIL'} {o.impl:{w}s} {name:24s} {shape} max_abs={err.max_abs:.3g} "
                   f"max_rel={err.max_rel:.3g}{note}", flush=True)
     if not failed and not checked:
         print(f"FAIL nothing checked: every implementation was skipped ({', '.join(impls)} on {args.device})",
