@@ -179,7 +179,8 @@ def test_raw_only_rows_are_not_judged(results, capsys, versions):
     assert "Raw only (not judged):" in out and "drift by several %" in out
     rows = [l for l in out.splitlines() if l.startswith("| Quick")]
     assert len(rows) == 6 and all("| raw times only |" in l and l.endswith("| raw only (not judged) |") for l in rows)
-    assert rows[0].startswith("| Quick h64 q9 p65536 | tc |") and re.search(r"\| (5\.9|6\.0|6\.1)% slower \(raw\) \|", rows[0])
+    # 6% apart, each median from 15 samples within +-0.2% (seeded by the commit's hash): 5.6-6.4%
+    assert rows[0].startswith("| Quick h64 q9 p65536 | tc |") and re.search(r"\| (5\.[6-9]|6\.[0-4])% slower \(raw\) \|", rows[0])
     assert run(path, a, b, "--json") == 0
     assert {r["change"] for r in json.loads(capsys.readouterr().out)["rows"]} == {"raw"}
 
