@@ -9,6 +9,7 @@
 #include "tc_mma.h"
 #include "tc_wgmma.h"
 #include "tc_wgmma_t.h"
+#include "tc_wgmma_ws.h"
 
 namespace verify_attn {
 namespace {
@@ -35,11 +36,16 @@ Layout layout_of(const Params& p, const Plan& plan) {
 }
 
 // tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
-// wgmma and wgmma_t (the transposed MMAs for few rows) on compute capability 9.0 alone, where
-// the build compiles sm_90a.
+// wgmma, wgmma_t (the transposed MMAs for few rows) and wgmma_ws (warp-specialized: a
+// producer warpgroup and two consumers on alternate tiles) on compute capability 9.0 alone,
+// where the build compiles sm_90a.
 constexpr int kPathMma = 0;
 constexpr int kPathWgmma = 1;
 constexpr int kPathWgmmaT = 2;
+// Taken only when pinned (tc_wgmma_ws), never by kAnyPath: written without a GPU, not yet
+// run. It becomes the default for many rows (in place of wgmma) once it is measured on the
+// H200 against wgmma and FlashMLA.
+constexpr int kPathWgmmaWs = 3;
 
 // Which sm_90a path takes rows in groups of group_rows (m16 steps of an even share of an
 // element's rows, <= 64). wgmma pads every group to wgmma's M = 64; wgmma_t carries exactly
@@ -83,7 +89,7 @@ int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* works
   a.ws_lse = l.slots ? reinterpret_cast<float*>(ws + l.ws_o_bytes) : nullptr;
   a.meta = l.slots ? reinterpret_cast<int2*>(ws + l.ws_o_bytes + l.ws_lse_bytes) : nullptr;
   const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
-  Kernel<<<grid, kThreads, plan.smem_bytes, stream>>>(p, a);
+  Kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(p, a);
   if (l.slots) {
     const dim3 mgrid((l.R + kMergeWarps - 1) / kMergeWarps, p.batch);
     tc_merge<<<mgrid, kMergeWarps * 32, 0, stream>>>(p, a);
@@ -105,21 +111,23 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const int group_rows = ((R + groups - 1) / groups + 15) / 16 * 16;
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
+  const bool wgmma_ws = sm90a && optin >= ws::kBaseBytes;
   if (path == kAnyPath) path = wgmma_t && few_rows(group_rows) ? kPathWgmmaT : wgmma ? kPathWgmma : kPathMma;
-  if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) ||
-      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT))
+  if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
+      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs))
     return plan;  // not here
   plan.path = path;
   plan.rows_per_block = group_rows;
   int base = 0, n = 0;
   if (path == kPathWgmma) base = wg::kBaseBytes, n = wg::N;
   else if (path == kPathWgmmaT) base = wgt::kBaseBytes, n = wgt::N;
+  else if (path == kPathWgmmaWs) base = ws::kBaseBytes, n = ws::N;
   else if (optin >= CfgLarge::kOffParent) base = CfgLarge::kOffParent, n = CfgLarge::N;
   else if (optin >= CfgMid::kOffParent) base = CfgMid::kOffParent, n = CfgMid::N;
   else if (optin >= CfgSmall::kOffParent) base = CfgSmall::kOffParent, n = CfgSmall::N;
   else return plan;  // no configuration fits: blocks = 0, launch refuses
   const int parent_cap = min(p.q_len, (optin - base) / 4);
-  plan.threads = kThreads;
+  plan.threads = path == kPathWgmmaWs ? ws::kThreads : kThreads;
   plan.keys_per_tile = n;
   plan.smem_bytes = base + 4 * parent_cap;
 
@@ -151,6 +159,7 @@ int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t s
   if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return int(cudaSuccess);
   if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
   if (plan.path == kPathWgmma) return launch_kernel<tc_attn_wg>(wg::kBaseBytes, p, plan, workspace, stream);
+  if (plan.path == kPathWgmmaWs) return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream);
   if (plan.path == kPathWgmmaT) {
     switch (plan.rows_per_block) {  // the group's rows, 2 x a warpgroup's
       case 16: return launch_kernel<tc_attn_wgt<8>>(wgt::kBaseBytes, p, plan, workspace, stream);

@@ -6,6 +6,10 @@
 //                 kernels share: the swizzled planes, descriptors, wgmma wrappers, wg::Tiles
 //                 (the gather, tree mask and non-finite clean-up of a block's tiles)
 //   tc_wgmma_t.h  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
+//   tc_wgmma_ws.h the same block warp-specialized (sm_90a; not yet run, taken only when
+//                 pinned): tc_attn_ws, a cp.async producer warpgroup (mbarriers) and two
+//                 consumer warpgroups on alternate tiles, so one's softmax overlaps the
+//                 other's MMAs
 //   tc_merge.h    the log-sum-exp merge of split partials, one kernel for every path
 //   tc.cu         the plan (the path and tile chosen once, recorded in Plan::path) and launch
 //
@@ -15,7 +19,8 @@
 // rows (few heads, short trees: there a quarter or more of each 64-row MMA would be
 // padding), tc_attn_wgt with the keys on M and the rows on N, which steps by 8
 // (S^T = K Q^T, O^T = V^T P^T). All share the rows, the splits, the gather, the tree mask,
-// the NaN handling and the merge described here.
+// the NaN handling and the merge described here. A fourth, tc_attn_ws (the block of
+// tc_attn_wg, warp-specialized), runs only when pinned until it is measured.
 //
 // In MLA every head reads the same cache row, so a block takes up to 64 query rows, the
 // (token, head) pairs of one batch element in token-major order (row = i * heads + h), and

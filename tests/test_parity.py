@@ -38,15 +38,16 @@ def test_prefix_65536_matches_reference(impl):
 def test_each_tc_path_is_planned_once_and_named():
     """On the H100/H200 tc's plan picks wgmma_t (keys on M) where a group holds <= 48 query rows
     (heads 8 x q_len 9 = 72 rows: 2 groups of 48) and wgmma (64 rows on M) where it holds 64
-    (heads 64 x q_len 9: 9 groups of 64); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t)
-    runs its own path at every shape; the plan says which ran (all are checked by the parity
-    tests)."""
+    (heads 64 x q_len 9: 9 groups of 64); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t,
+    tc_wgmma_ws) runs its own path at every shape; the plan says which ran (all are checked by
+    the parity tests). The plan never picks wgmma_ws (not yet measured): only when pinned,
+    with its 384 threads (a producer warpgroup beside the two consumers)."""
     few = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
     many = cases.make_inputs(cases.CASES["seed_2x64x9x521"], "cuda", 0)
     plans = {}
     for case, inputs in (("few", few), ("many", many)):
         args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-        for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t"):
+        for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws"):
             plan = ops.launch_plan(impl, args)
             plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
     assert plans["few", "tc"][0] == "wgmma_t" and plans["many", "tc"][0] == "wgmma"
@@ -55,8 +56,10 @@ def test_each_tc_path_is_planned_once_and_named():
         assert plans[case, "tc_mma"][0] == "mma"
         assert plans[case, "tc_wgmma"][0] == "wgmma"
         assert plans[case, "tc_wgmma_t"][0] == "wgmma_t"
-        smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t")}
-        assert len(smem) == 3  # three kernels: their layouts differ
+        assert plans[case, "tc_wgmma_ws"][0] == "wgmma_ws" and plans[case, "tc_wgmma_ws"][1]["threads"] == 384
+        assert plans[case, "tc"][0] != "wgmma_ws"
+        smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws")}
+        assert len(smem) == 4  # four kernels: their layouts differ
 
 
 def test_unwritten_output_fails_the_check():

@@ -90,7 +90,7 @@ class Impl:
 
 
 # tc's paths by Plan::path number (kernels/tc.cu).
-TC_PATHS = ("mma", "wgmma", "wgmma_t")
+TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws")
 
 _ENTRIES = [
     Impl("naive", "the baseline written the obvious way: scores in a global workspace, softmax, output",
@@ -111,6 +111,13 @@ _ENTRIES = [
          "(what the H100/H200 runs at few rows)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc"),
+    # Not yet run: its plan path is taken only when pinned, and it stays out of Quick, the
+    # suite and the parity tests (under_test=False) until it is measured on an H200; `check
+    # --impl tc_wgmma_ws` and `measure --impl tc tc_wgmma_ws flashmla` reach it by name.
+    Impl("tc_wgmma_ws", "tc pinned to its warp-specialized wgmma path: a cp.async producer warpgroup and two "
+         "consumer warpgroups on alternate tiles (not yet the plan's choice anywhere)",
+         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         color="tab:brown", paths=TC_PATHS, path=3, variant_of="tc", under_test=False),
     Impl("torch", "the plain torch composite a careful user would write instead",
          runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",
          under_test=False),
