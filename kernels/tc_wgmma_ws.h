@@ -65,10 +65,13 @@ namespace {
 //   m, sc   1,024  [2 warpgroups][64 rows] the running max after its tile, the rescale factor
 //   l         512  [2][64] at the end, each warpgroup's row sums
 //   mask    1,024  [2 stages][64 tokens] visibility words
-//   full, empty 32 four mbarriers; BlockInfo 64 (s_bad: per stage, non-finite keys)
-//   = 223,840 + 1,024 slack = 224,864 B; the staged parents take what is left of 232,448
-//   (1,896 entries: every q_len the op accepts).
+//   full, empty 32 four mbarriers; abort 8 (a wait timed out); BlockInfo 64 (s_bad: per
+//                 stage, non-finite keys)
+//   = 223,848 + 1,024 slack = 224,872 B; the staged parents take what is left of 232,448
+//   (1,894 entries: every q_len the op accepts, <= 1,024).
 namespace ws {
+using wg::kPlane;
+using wg::kTileBytes;
 constexpr int N = wg::N;                  // 64 keys a tile
 constexpr int kConsumerThreads = 256;     // WG0, WG1
 constexpr int kThreads = 384;             // + the producer warpgroup
@@ -89,6 +92,7 @@ struct Smem {
   uint64_t mask[2][kRows];        // per stage: visibility word of each token
   uint64_t full[2];               // per stage: the tile landed (and cleaned, masked)
   uint64_t empty[2];              // per stage: both consumers are done with it
+  uint32_t abort[2];              // [0]: a wait timed out (mbar_wait); [1] unused
   BlockInfo info;
 };
 constexpr int kOffQ = offsetof(Smem, q);
@@ -99,16 +103,24 @@ constexpr int kOffL = offsetof(Smem, l);
 constexpr int kOffMask = offsetof(Smem, mask);
 constexpr int kOffFull = offsetof(Smem, full);
 constexpr int kOffEmpty = offsetof(Smem, empty);
+constexpr int kOffAbort = offsetof(Smem, abort);
 constexpr int kOffInfo = offsetof(Smem, info);
 constexpr int kOffParent = sizeof(Smem);
 constexpr int kBaseBytes = wg::kSlack + kOffParent;
 static_assert(kOffKV % 1024 == 0 && wg::kTileBytes % 1024 == 0 && wg::kPlane % 1024 == 0,
               "wgmma's 128-byte swizzle: 1024-byte aligned planes");
 static_assert(kOffFull % 8 == 0 && kOffEmpty % 8 == 0, "mbarriers: 8-byte aligned");
-static_assert(kBaseBytes == 224864 && kBaseBytes + 4 * kMaxQLen <= 232448,
+static_assert(kBaseBytes == 224872 && kBaseBytes + 4 * kMaxQLen <= 232448,
               "the sm_90 opt-in limit with every q_len's parents staged (the comment above)");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+using wg::commit;
+using wg::desc;
+using wg::fence;
+using wg::fence_smem;
+using wg::Mma;
+using wg::pin;
+using wg::wait_all;
 // mbarrier and named-barrier PTX (PTX ISA: mbarrier, cp.async.mbarrier.arrive, bar/barrier,
 // setmaxnreg; the same forms as CUTLASS include/cutlass/arch/barrier.h and reg_reconfig.h).
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
@@ -138,13 +150,22 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 // Waits for the completion of the phase of parity `parity` (acquire). A wait that lasts 4 s
-// is a bug (every wait of this kernel is for work that takes microseconds): trap rather than
-// hang. The clock is read only once the first try has failed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+// is a bug (every wait of this kernel is for work that takes microseconds): rather than hang,
+// it raises the block's abort flag and returns, and so does every later wait that does not
+// succeed at once, so the block finishes (its rows NaN: the check fails instead of the GPU
+// hanging). Not a trap: a trap in the consumers' code makes ptxas give up their setmaxnreg
+// budget (CUDA 13.0: 1,208 bytes of spills and serialized wgmma; this form: none).
+// The clock is read only once the first try has failed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, volatile uint32_t* abort) {
   if (mbar_try_wait(bar, parity)) return;
   const uint64_t t0 = global_ns();
-  while (!mbar_try_wait(bar, parity))
-    if (global_ns() - t0 > 4000000000ull) __trap();
+  while (!mbar_try_wait(bar, parity)) {
+    if (*abort) return;
+    if (global_ns() - t0 > 4000000000ull) {
+      *abort = 1;
+      return;
+    }
+  }
 }
 __device__ __forceinline__ void bar_arrive(int id, int count) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
@@ -194,6 +215,30 @@ struct Block {
   __device__ bool tile_masked(int j) const { return tile_t0(j) + N > mask_from; }
 };
 
+// Row h of this thread's part of a tile's scores (s[4 i + 2 h + e], key 8 i + 2 t4 + e): to
+// log2 units, non-finite scores NaN; on a masked tile (the one or two at the tree rows) keys
+// with a non-finite cache value NaN and keys the row cannot see -inf. Returns the maximum
+// (max.NaN). Two instances, so that the unmasked tiles run no mask test.
+template <bool kMasked>
+__device__ __forceinline__ float scale_row(float (&s)[32], int h, float qk_scale, uint64_t word, uint64_t bad, int t4) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = s[4 * i + 2 * h + e] * qk_scale;
+      if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
+      if (kMasked) {
+        const int key = 8 * i + 2 * t4 + e;
+        if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);
+        if (!((word >> key) & 1)) v = -INFINITY;
+      }
+      s[4 * i + 2 * h + e] = v;
+      mx = nan_max(mx, v);
+    }
+  return mx;
+}
+
 // One tile's softmax in a consumer warpgroup: s[32] is S of the tile (accumulator layout:
 // s[4 i + 2 h + e] is row 16 wq + g + 8 h, key 8 i + 2 t4 + e), the chain's maximum before
 // it m_prev. Out: the maximum after it mn (possibly -inf or NaN), the rescale factor sc of
@@ -211,26 +256,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
   float mu[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    uint64_t word = ~0ull;
+    float mx;
     if (masked) {
       const int r = min(16 * wq + g + 8 * h, bk.rows_valid - 1);
-      word = s_mask[(bk.R0 + r) / bk.heads - bk.i_lo];
+      mx = scale_row<true>(s, h, qk_scale, s_mask[(bk.R0 + r) / bk.heads - bk.i_lo], bad, t4);
+    } else {
+      mx = scale_row<false>(s, h, qk_scale, ~0ull, 0, t4);
     }
-    float mx = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float v = s[4 * i + 2 * h + e] * qk_scale;
-        if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
-        if (masked) {  // the one or two tiles at the tree rows
-          const int key = 8 * i + 2 * t4 + e;
-          if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);
-          if (!((word >> key) & 1)) v = -INFINITY;
-        }
-        s[4 * i + 2 * h + e] = v;
-        mx = nan_max(mx, v);
-      }
     mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     mn[h] = nan_max(m_prev[h], mx);
@@ -299,7 +331,6 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&sc)[2]) {
 
 __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace wg;
   using namespace ws;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   const uint32_t sraw = smem_u32(smem_raw);
@@ -308,7 +339,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   Work wk;
-  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + ws::kOffInfo), warp, wk)) return;
+  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
   Block bk;
   bk.R0 = blockIdx.x * a.group_rows;
   bk.rows_valid = min(a.group_rows, a.R - bk.R0);
@@ -319,17 +350,19 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const int P = element_prefix(p, wk.b);
   bk.mask_from = min(P, wk.key_hi);
   const int ntiles = bk.ntiles;
-  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + ws::kOffMask);
-  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + ws::kOffInfo + offsetof(BlockInfo, bad));
-  const uint32_t full0 = sbase + ws::kOffFull, empty0 = sbase + ws::kOffEmpty;  // stage s: + 8 s
-  const uint32_t sQ = sbase + ws::kOffQ;
-  auto stage = [&](int s) { return sbase + ws::kOffKV + s * kTileBytes; };
+  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
+  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
+  const uint32_t full0 = sbase + kOffFull, empty0 = sbase + kOffEmpty;  // stage s: + 8 s
+  const uint32_t sQ = sbase + kOffQ;
+  volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
+  auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
   if (tid == 0) {
     mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
     mbar_init(full0 + 8, 128);
     mbar_init(empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
     mbar_init(empty0 + 8, kConsumerThreads);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    *abort = 0;
   }
   __syncthreads();  // the mbarriers initialised; the last block-wide barrier
 
@@ -340,7 +373,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     const int x = pt & 7, rg = pt >> 3;     // chunk x of each 128-byte plane row; rows rg + 16 i
     const int ntok = (bk.R0 + bk.rows_valid - 1) / p.heads - bk.i_lo + 1;
     const int32_t* parent_g = p.parent + int64_t(wk.b) * p.q_len;
-    int32_t* s_parent = reinterpret_cast<int32_t*>(smem + ws::kOffParent);
+    int32_t* s_parent = reinterpret_cast<int32_t*>(smem + kOffParent);
     for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
     TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
     // Row rg + 16 i of a 64-row plane set at dst: 9 x 16 bytes (its chunk x of each plane),
@@ -378,7 +411,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     if (ntiles > 0) rows_of(0, row);
     for (int j = 0; j < ntiles; ++j) {
       const int s = j & 1;
-      if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1);  // tile j - 2 released by both consumers
+      if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1, abort);  // tile j - 2 released by both consumers
       load_rows(stage(s), row, p.kv);
       if (j + 1 < ntiles) rows_of(j + 1, row);  // the next tile's offsets while this one lands
       if (bk.tile_masked(j)) {
@@ -388,7 +421,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         if (pt == 0) s_bad[s] = 0;
         cp_async_wait_every();
         bar_sync(kBarProd, 128);  // every copy of the tile landed; s_bad cleared
-        uint4* rows = reinterpret_cast<uint4*>(smem + ws::kOffKV + s * kTileBytes);
+        uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
         for (int c = pt; c < N * kChunks; c += 128) {
           uint4 v = rows[c];
           const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
@@ -413,9 +446,9 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegsConsumer));
   const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
   const int g = lane >> 2, t4 = lane & 3;
-  float* s_m = reinterpret_cast<float*>(smem + ws::kOffM);
-  float* s_sc = reinterpret_cast<float*>(smem + ws::kOffSc);
-  float* s_l = reinterpret_cast<float*>(smem + ws::kOffL);
+  float* s_m = reinterpret_cast<float*>(smem + kOffM);
+  float* s_sc = reinterpret_cast<float*>(smem + kOffSc);
+  float* s_l = reinterpret_cast<float*>(smem + kOffL);
   const float qk_scale = p.scale * kLog2e;
   const uint64_t dq = desc(sQ, 16, 1024);
   const uint32_t sP0 = stage(0) + 8 * kPlane, sP1 = stage(1) + 8 * kPlane;  // P over each stage's rope plane
@@ -431,7 +464,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     uint32_t pa[16];
     if (w == 0) {
       // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
-      mbar_wait(full0, par);
+      mbar_wait(full0, par, abort);
       fence_smem();
       issue_qk(s, dq, stage(0));
       wait_all();
@@ -462,19 +495,19 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
           l_run[h] *= sc[h];
         }
         rescale(o, sc);
-        mbar_wait(full0 + 8, par);
+        mbar_wait(full0 + 8, par, abort);
         fence_smem();
         issue_pv_ss(o, sP1, stage(1), 0);
         wait_all();
         pin(o);
         mbar_arrive(empty0 + 8);  // done with stage 1
       }
-    } else {
-      if (has_b) {  // S of tile b goes to the tensor cores during WG0's softmax of tile a
-        mbar_wait(full0 + 8, par);
-        fence_smem();
-        issue_qk(s, dq, stage(1));
-      }
+    } else if (has_b) {
+      // S of tile b goes to the tensor cores during WG0's softmax of tile a.
+      mbar_wait(full0 + 8, par, abort);
+      fence_smem();
+      issue_qk(s, dq, stage(1));
+      // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
       bar_sync(kBarP0, kConsumerThreads);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -484,38 +517,50 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         l_run[h] *= sc[h];
       }
       rescale(o, sc);
-      mbar_wait(full0, par);
+      mbar_wait(full0, par, abort);
       fence_smem();
       issue_pv_ss(o, sP0, stage(0), 1);
-      if (has_b) {
-        wait_one();  // S of tile b done; PV of tile a may still run (o untouched until the wait below)
-        pin(s);
-        softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, s_mask + kRows, s_bad + 1, qk_scale, sP1, 1, wq, g, t4);
+      // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
+      wait_one();
+      pin(s);
+      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, s_mask + kRows, s_bad + 1, qk_scale, sP1, 1, wq, g, t4);
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * wq + g + 8 * h;
-          if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
-        }
-        fence_smem();
-        bar_arrive(kBarP1, kConsumerThreads);  // P_b, m_b, sc_b visible to WG0
-        wait_all();
-        pin(o);
-        mbar_arrive(empty0);  // done with stage 0
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          l_run[h] = l_run[h] * sc[h] + sum[h];
-          m_run[h] = mn[h];
-        }
-        rescale(o, sc);
-        issue_pv_rs(o, pa, stage(1), 1);
-        wait_all();
-        pin(o);
-        mbar_arrive(empty0 + 8);  // done with stage 1
-      } else {
-        wait_all();
-        pin(o);
-        mbar_arrive(empty0);
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
       }
+      fence_smem();
+      bar_arrive(kBarP1, kConsumerThreads);  // P_b, m_b, sc_b visible to WG0
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0);  // done with stage 0
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[h] = l_run[h] * sc[h] + sum[h];
+        m_run[h] = mn[h];
+      }
+      rescale(o, sc);
+      issue_pv_rs(o, pa, stage(1), 1);
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0 + 8);  // done with stage 1
+    } else {
+      // The last tile of an odd count is WG0's: only its P_a applied to these columns.
+      bar_sync(kBarP0, kConsumerThreads);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        sc[h] = s_sc[r];
+        m_run[h] = s_m[r];
+        l_run[h] *= sc[h];
+      }
+      rescale(o, sc);
+      mbar_wait(full0, par, abort);
+      fence_smem();
+      issue_pv_ss(o, sP0, stage(0), 1);
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0);  // done with stage 0
     }
   }
 
@@ -532,7 +577,8 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   for (int h = 0; h < 2; ++h) {
     const int r = 16 * wq + g + 8 * h;
     if (r >= bk.rows_valid) continue;
-    const RowEnd end = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
+    RowEnd end = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
+    if (*abort) end.inv = end.lse2 = __int_as_float(0x7fffffff);  // a wait timed out: never a plausible result
     OutRow dst(p, a, wk.slot, wk.b, bk.R0 + r, 256 * w + 2 * t4);
 #pragma unroll
     for (int i = 0; i < 32; ++i) dst.put(8 * i, o[4 * i + 2 * h] * end.inv, o[4 * i + 2 * h + 1] * end.inv);
