@@ -27,7 +27,10 @@ namespace {
 //     contract, wg::Tiles::clean and build_mask), then arrives plainly. It reuses a stage when
 //     both consumers have arrived on its `empty` mbarrier.
 //   Registers: 2 x 128 x 224 + 128 x 56 = 64,512 = 384 x 168, what __launch_bounds__(384, 1)
-//     gives at launch (setmaxnreg moves registers within the block's allocation).
+//     gives at launch (setmaxnreg moves registers within the block's allocation; asking for
+//     more than the launch gave would block setmaxnreg.inc forever). ptxas (CUDA 13.0,
+//     sm_90a): 168 registers at launch, 7 named barriers, 0 spills, no wgmma serialization;
+//     the SASS uses R0..R221 in the consumers (of 224), R0..R42 in the producer (of 56).
 //
 // The running maximum is one chain: tile a's softmax starts from the maximum after tile b of
 // the previous pair, tile b's from the maximum after tile a (the two alternate), so both
