@@ -23,6 +23,9 @@ def test_report_covers_every_kernel(tmp_path, monkeypatch):
             kernels = resources.of_impl(report, impl, arch)
             assert kernels, f"{impl}: no kernels in the report"
             assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels.values()), (impl, arch)
+        ws = resources.of_impl(report, "tc", arch)["tc_attn_ws"]
+        if arch == "sm_90":  # setmaxnreg's pool: 2 x 128 x 224 (consumers) + 128 x 56 (producer) = 384 x 168;
+            assert ws["threads"] == 384 and ws["registers"] == 168  # fewer at launch and .inc would wait forever
         flash = resources.of_impl(report, "flash", arch)["flash_split"]
         assert flash["threads"] == 256 and 32 < flash["registers"] <= 255 and flash["smem"] > 0
         assert flash["spill_stores"] == 0 and 0 < flash["occupancy"] <= 1
