@@ -29,29 +29,31 @@ namespace {
 //   Registers: 2 x 128 x 224 + 128 x 56 = 64,512 = 384 x 168, what __launch_bounds__(384, 1)
 //     gives at launch (setmaxnreg moves registers within the block's allocation; asking for
 //     more than the launch gave would block setmaxnreg.inc forever). ptxas (CUDA 13.0,
-//     sm_90a): 168 registers at launch, 7 named barriers, 0 spills, no wgmma serialization;
+//     sm_90a): 168 registers at launch, 8 named barriers, 0 spills, no wgmma serialization;
 //     the SASS uses R0..R221 in the consumers (of 224), R0..R42 in the producer (of 56).
 //
 // The running maximum is one chain: tile a's softmax starts from the maximum after tile b of
 // the previous pair, tile b's from the maximum after tile a (the two alternate), so both
 // warpgroups' O halves and row sums always refer to the same maximum. Per pair (m: running
 // max, sc = 2^(m_old - m_new), P = 2^(S - m_new) in bf16, l from the unrounded P):
-//   WG0: wait full[0]; S_a = Q K_a^T; softmax_a from m; O_L *= sc_a; P_a -> stage 0's rope
-//        plane, (m_a, sc_a) -> smem; arrive P0; O_L += P_a V_a[:, 0:256] (RS); wait; arrive
-//        empty[0]; [b] sync P1; O_L *= sc_b; wait full[1]; O_L += P_b V_b[:, 0:256] (SS);
-//        wait; arrive empty[1]
-//   WG1: [b] wait full[1]; issue S_b = Q K_b^T; sync P0; O_R *= sc_a; wait full[0];
+//   WG0: wait full[0]; S_a = Q K_a^T; [b] arrive S0; softmax_a from m; O_L *= sc_a; P_a ->
+//        stage 0's rope plane, (m_a, sc_a) -> smem; arrive P0; O_L += P_a V_a[:, 0:256] (RS);
+//        wait; arrive empty[0]; [b] sync P1; O_L *= sc_b; wait full[1];
+//        O_L += P_b V_b[:, 0:256] (SS); wait; arrive empty[1]
+//   WG1: [b] sync S0; wait full[1]; issue S_b = Q K_b^T; sync P0; O_R *= sc_a; wait full[0];
 //        O_R += P_a V_a[:, 256:512] (SS); [b] wait for S_b (PV_a in flight); softmax_b from
 //        m_a; P_b -> stage 1's rope plane, (m_b, sc_b) -> smem; arrive P1; wait for PV_a;
 //        arrive empty[0]; O_R *= sc_b; O_R += P_b V_b[:, 256:512] (RS); wait; arrive empty[1]
 // so WG1's QK^T runs during WG0's softmax and both PV's during WG1's softmax. Barriers a pair
 // of tiles: mbarriers full[0], full[1] (each consumer thread waits), empty[0], empty[1] (256
-// arrivals each, the producer waits), named barriers P0 and P1 (256: one warpgroup arrives,
-// the other syncs; bar.arrive orders the arriving threads' shared-memory writes before the
+// arrivals each, the producer waits), named barriers S0, P0 and P1 (256: one warpgroup
+// arrives, the other syncs; bar.arrive orders the arriving threads' shared-memory writes before the
 // syncing threads' reads), a 128-thread named barrier in the writing warpgroup before it
 // overwrites the rope plane its own S read. A named barrier instance cannot be arrived at
-// twice before it completes: WG0 arrives at P0 of pair k + 1 only after the sync at P1 of
-// pair k, which WG1 arrives at after its sync at P0 of pair k (and the same for P1).
+// twice before it completes: WG0 arrives at P0 (and S0) of pair k + 1 only after the sync at
+// P1 of pair k, which WG1 arrives at after its syncs at S0 and P0 of pair k; WG1 arrives at
+// P1 of pair k + 1 only after its sync at P0 of pair k + 1, which WG0 arrives at after its
+// sync at P1 of pair k. S0 is used only in pairs with a tile b, on both sides.
 // The last pair of an odd count has no tile b: WG0 skips its [b] steps, WG1 runs only
 // "sync P0 .. PV_a .. arrive empty[0]". Neither mbarrier phase can run two ahead: the
 // producer reloads a stage only after both consumers released it, and a consumer can release
@@ -79,13 +81,15 @@ constexpr int N = wg::N;                  // 64 keys a tile
 constexpr int kConsumerThreads = 256;     // WG0, WG1
 constexpr int kThreads = 384;             // + the producer warpgroup
 constexpr int kRegsConsumer = 224, kRegsProducer = 56;
-static_assert(2 * 128 * kRegsConsumer + 128 * kRegsProducer == kThreads * 168, "setmaxnreg within the launch allocation");
+static_assert(2 * 128 * kRegsConsumer + 128 * kRegsProducer == kThreads * 168,
+              "setmaxnreg within the launch allocation (tests/test_resources.py: 168 at launch)");
 // Named barriers (0 is __syncthreads).
 constexpr int kBarP0 = 1;    // WG0's P, m, sc of tile a posted (WG0 arrives, WG1 syncs)
 constexpr int kBarP1 = 2;    // WG1's of tile b (WG1 arrives, WG0 syncs)
 constexpr int kBarEnd = 3;   // both consumers' row sums posted
 constexpr int kBarProd = 4;  // the producer warpgroup (parents staged; a masked tile landed)
 constexpr int kBarWg = 5;    // 5 + w: consumer warpgroup w alone
+constexpr int kBarS0 = 7;    // WG0's S of tile a is done (WG0 arrives, WG1 syncs; pairs with a tile b only)
 struct Smem {
   uint8_t q[wg::kTileBytes];      // the group's query rows, 9 planes
   uint8_t kv[2][wg::kTileBytes];  // stages, 9 planes each; plane 8 holds the tile's P once its S is done
@@ -472,6 +476,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       issue_qk(s, dq, stage(0));
       wait_all();
       pin(s);
+      if (has_b) bar_arrive(kBarS0, kConsumerThreads);  // the tensor cores are WG1's for S of tile b
       softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, s_mask, s_bad, qk_scale, sP0, 0, wq, g, t4);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -506,7 +511,10 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         mbar_arrive(empty0 + 8);  // done with stage 1
       }
     } else if (has_b) {
-      // S of tile b goes to the tensor cores during WG0's softmax of tile a.
+      // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
+      // is done, so that the two do not share the tensor cores and delay WG0's softmax (the
+      // head of the chain).
+      bar_sync(kBarS0, kConsumerThreads);
       mbar_wait(full0 + 8, par, abort);
       fence_smem();
       issue_qk(s, dq, stage(1));
