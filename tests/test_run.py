@@ -201,7 +201,7 @@ def test_terse_keeps_unknown_lines_and_drops_tables():
     for line in ["[ 10.00%] ··· bench_verify_attn.Chain.track_time                 ok",
                  "[ 10.00%] ··· ======= =====", "              impl    tc", "              ======= =====", "",
                  "Traceback (most recent call last):", '  File "asv/main.py", line 1', "OSError: disk full"]:
-        t.line(line)
+        t.feed(line + "\n")
     t.close(1)
     assert said[:3] == ["Traceback (most recent call last):", '  File "asv/main.py", line 1', "OSError: disk full"]
     assert re.fullmatch(r"\[10\.00%\] bench_verify_attn\.Chain: 1 ok \(\d+\.\d s\)", said[3]), said

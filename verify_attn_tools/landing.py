@@ -102,10 +102,14 @@ def machine_values(res: dict) -> dict[str, float]:
     return out
 
 
-def machine_details(recorded: dict[str, float], clocks: list[float] = ()) -> dict[str, str]:
-    """{what: description} of a machine from its recorded machine series (machine_values) and the
-    SM clocks sampled during the commit's timings (track_sm_clock): the landing page's machine
-    line and the machine's tooltip on asv's graph pages."""
+def machine_details(res: dict) -> dict[str, str]:
+    """{what: description} of a machine from a commit's loaded results (report.load with
+    MACHINE_SUITE): its recorded machine series and the SM clocks sampled during its timings
+    (track_sm_clock). The landing page's machine line and the machine's tooltip on asv's graph
+    pages."""
+    recorded = machine_values(res)
+    clocks = [v for k, (_, pts) in res.items() if k.endswith(".track_sm_clock")
+              for (v, _, _) in pts.values() if not report.isna(v)]
     out = {}
     tf = recorded.get(f"{MACHINE_SUITE}.Machine.track_peak_tflops")
     bw = recorded.get(f"{MACHINE_SUITE}.Machine.track_peak_gbps")
@@ -246,8 +250,8 @@ def change_words(row: report.Row | None) -> tuple[str, str]:
 def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     commits = results_files(results_dir, name)
     loaded = [report.load(results_dir, name, sha, (BENCH, MACHINE_SUITE, PROFILE_SUITE)) for sha, _ in commits]
-    recorded = machine_values(loaded[-1]) if loaded else {}
     profiles = [profile_values(res) for res in loaded[-2:]]  # the newest commit's and the one before
+    details = machine_details(loaded[-1]) if loaded else {}
     loaded = [{k: v for k, v in res.items() if k.startswith(f"{BENCH}.")} for res in loaded]
     new = loaded[-1] if loaded else {}
     old = loaded[-2] if len(loaded) > 1 else {}
@@ -287,10 +291,7 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
                      "no significant change" if judged else
                      "not judged: the previous commit has no drift-free series (raw times only)")
         m.summary += f" ({judged} of {len(rows)} points judged on the drift-free series)"
-    clocks = [v for k, (_, pts) in new.items() if k.endswith(".track_sm_clock")
-              for (v, _, _) in pts.values() if not report.isna(v)]
-    parts = [f"{k} {v}" for k, v in machine_details(recorded, clocks).items()]
-    m.ceilings = "; ".join(parts)
+    m.ceilings = "; ".join(f"{k} {v}" for k, v in details.items())
     return m
 
 

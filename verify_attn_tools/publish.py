@@ -194,15 +194,14 @@ def graph_defaults(site: Path, results_dir: Path) -> dict[str, str]:
     return queries
 
 
-def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -> dict[str, dict]:
+def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -> None:
     """What asv's graph pages show beside the curves, written into index.json:
     - each machine's details (driver, CUDA, SMs, clocks, power limit, ceilings, from the machine
       series of its newest results) in the machine's tooltip, where asv shows machine.json's;
     - commit labels, drawn by asv as labelled vertical lines on every time axis (its git tags'
       place): where the drift-free series start against a new anchor ("anchor <sha>"), and the
       steps benchmarks/accepted.json accepts ("accepted <sha>"), so a reader sees why a curve
-      steps there (accepted: False for a local site, whose checkout may lack those commits).
-    Returns {"machines": ..., "labels": ...} as written."""
+      steps there (accepted: False for a local site, whose checkout may lack those commits)."""
     from . import report
 
     path = site / "index.json"
@@ -214,10 +213,7 @@ def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -
         if not commits or not isinstance(info, dict):
             continue
         loaded = [report.load(results_dir, machine, sha, (report.BENCH, landing.MACHINE_SUITE)) for sha, _ in commits]
-        new = loaded[-1]
-        clocks = [v for k, (_, pts) in new.items() if k.endswith(".track_sm_clock")
-                  for (v, _, _) in pts.values() if not report.isna(v)]
-        info.update(landing.machine_details(landing.machine_values(new), clocks))
+        info.update(landing.machine_details(loaded[-1]))
         info["details recorded at"] = f"commit {commits[-1][0][:8]}"
         seen = None
         for (sha, _), res in zip(commits, loaded):
@@ -233,7 +229,6 @@ def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -
             labels[f"accepted {sha[:7]}"] = rev_of[sha]
     index["tags"] = {**(index.get("tags") or {}), **labels}
     path.write_text(json.dumps(index, separators=(",", ":")))
-    return {"machines": index.get("machines") or {}, "labels": labels}
 
 
 NO_RESULTS_EXIT = 3  # as report's "record it first"

@@ -156,11 +156,6 @@ class Terse:
         if self.tail:
             self.pending(self.tail)
 
-    def line(self, text: str) -> None:
-        """A complete line of asv's output."""
-        with self.lock:
-            self._complete(text)
-
     def _complete(self, text: str) -> None:
         announced, self.announced = self.announced, None
         m = RECORD.match(text)
