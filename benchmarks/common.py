@@ -148,7 +148,7 @@ PLAN_SERIES = {
     "rows_per_block": ("rows_per_block", "rows", "Query rows (token x head pairs) a block computes."),
     "keys_per_tile": ("keys_per_tile", "keys", "Cache rows a shared-memory tile."),
     "smem_bytes": ("smem_bytes", "bytes", "Shared memory a block, static + dynamic."),
-    "path": ("path", "path", "The kernel path the plan chose (verify_attn.registry: tc 0 mma.sync, 1 wgmma, 2 wgmma_t: keys on M for few rows)."),
+    "path": ("path", "path", "The kernel path the plan chose (verify_attn.registry: tc 0 mma.sync, 1 wgmma, 2 wgmma_t, 3 wgmma_ws; tc takes 3 on compute capability 9.0, 0 elsewhere)."),
 }
 
 

@@ -42,20 +42,15 @@ Layout layout_of(const Params& p, const Plan& plan) {
 constexpr int kPathMma = 0;
 constexpr int kPathWgmma = 1;
 constexpr int kPathWgmmaT = 2;
-// Taken only when pinned (tc_wgmma_ws), never by kAnyPath: written without a GPU, not yet
-// run. It becomes the default for many rows (in place of wgmma) once it is measured on the
-// H200 against wgmma and FlashMLA.
 constexpr int kPathWgmmaWs = 3;
 
-// Which sm_90a path takes rows in groups of group_rows (m16 steps of an even share of an
-// element's rows, <= 64). wgmma pads every group to wgmma's M = 64; wgmma_t carries exactly
-// group_rows (its kernels hold 16, 32, 48 or 64). Where a group has <= 48 rows, wgmma wastes
-// >= 1/4 of every MMA (heads 8 q_len 9: 2 x 36 -> 2 x 64 rows against 2 x 48; heads 16
-// q_len 9: 3 x 48 -> 3 x 64 against 3 x 48), and those shapes are the memory- and
-// latency-bound ones. At 64 both carry the same rows and wgmma's 256-wide PV MMAs read less
-// shared memory a FLOP (wgmma_t reads the tile twice, once per warpgroup, for S^T and has N
-// <= 64 MMAs). Chosen from this padding arithmetic, not yet measured.
-bool few_rows(int group_rows) { return group_rows <= 48; }
+// On compute capability 9.0 the plan takes wgmma_ws at every shape. Measured on an H200
+// (`python -m verify_attn measure`, chain tree, 15 samples with the kernels alternating, one
+// process): heads 64 q_len 9 prefix 65,536 wgmma_ws 0.156 ms against wgmma 0.252 (FlashMLA
+// 0.135); q_len 65 0.946 against 1.601 (FlashMLA 0.799); at prefix 2,048 0.026 against 0.029
+// and 0.058 against 0.077. wgmma_t (query rows on N, no padding of groups <= 48 rows) was
+// slower than wgmma where it was meant to win: heads 8 q_len 9 prefix 65,536 0.0966 against
+// 0.0824 ms, heads 16 0.1215 against 0.1021. wgmma and wgmma_t stay, taken only when pinned.
 
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
@@ -112,7 +107,7 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
   const bool wgmma_ws = sm90a && optin >= ws::kBaseBytes;
-  if (path == kAnyPath) path = wgmma_t && few_rows(group_rows) ? kPathWgmmaT : wgmma ? kPathWgmma : kPathMma;
+  if (path == kAnyPath) path = wgmma_ws ? kPathWgmmaWs : wgmma ? kPathWgmma : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
       (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs))
     return plan;  // not here

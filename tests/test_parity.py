@@ -34,30 +34,29 @@ def test_prefix_65536_matches_reference(impl):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
-                    reason="tc's wgmma_ws path runs on compute capability 9.0 alone")
+                    reason="tc's sm_90a paths run on compute capability 9.0 alone")
+@pytest.mark.parametrize("impl", ["tc_wgmma_ws", "tc_wgmma_t"])
 @pytest.mark.parametrize("case", [cases.CASES["big_1x64x9x65545"], cases.CASES["big_1x64x33x65569"],
                                   cases.Case("tree300_1x4x300x1300", 1, 4, 300, (1000,))], ids=lambda c: c.name)
-def test_tc_wgmma_ws_matches_reference_at_length(case):
-    """tc's warp-specialized path is not under test yet (written without a GPU), so the small
-    cases reach it by name (test_impl_matches_reference) and these the rest: prefix 65,536
-    (9 m-groups x 14 splits of ~37 pairs of tiles) and a tree of 300 tokens (19 groups of 16
-    tokens, 6 splits of 3 or 4 tiles: the top splits are masked tiles throughout, so the
-    producer cleans masked tiles after waiting on a stage's release, j >= 2)."""
+def test_pinned_sm90a_paths_match_reference_at_length(case, impl):
+    """The pinned paths outside the kernels under test reach the small cases by name
+    (test_impl_matches_reference) and these the rest: prefix 65,536 (9 m-groups x 14 splits of
+    ~37 pairs of tiles) and a tree of 300 tokens (19 groups of 16 tokens, 6 splits of 3 or 4
+    tiles: the top splits are masked tiles throughout, so wgmma_ws's producer cleans masked
+    tiles after waiting on a stage's release, j >= 2)."""
     inputs = cases.make_inputs(case, "cuda", 5)
-    require("tc_wgmma_ws", "cuda", inputs)
-    err = check(Candidate("tc_wgmma_ws"), inputs)
+    require(impl, "cuda", inputs)
+    err = check(Candidate(impl), inputs)
     assert err.ok, err
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                     reason="tc takes its wgmma paths only on compute capability 9.0")
 def test_each_tc_path_is_planned_once_and_named():
-    """On the H100/H200 tc's plan picks wgmma_t (keys on M) where a group holds <= 48 query rows
-    (heads 8 x q_len 9 = 72 rows: 2 groups of 48) and wgmma (64 rows on M) where it holds 64
-    (heads 64 x q_len 9: 9 groups of 64); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t,
-    tc_wgmma_ws) runs its own path at every shape; the plan says which ran (all are checked by
-    the parity tests). The plan never picks wgmma_ws (not yet measured): only when pinned,
-    with its 384 threads (a producer warpgroup beside the two consumers)."""
+    """On the H100/H200 tc's plan picks wgmma_ws (384 threads: a producer warpgroup beside the
+    two consumers) at every shape, groups of <= 48 query rows too (heads 8 x q_len 9 = 72 rows:
+    2 groups of 48); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t, tc_wgmma_ws) runs its own
+    path at every shape, and the plan says which ran."""
     few = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
     many = cases.make_inputs(cases.CASES["seed_2x64x9x521"], "cuda", 0)
     plans = {}
@@ -66,14 +65,13 @@ def test_each_tc_path_is_planned_once_and_named():
         for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws"):
             plan = ops.launch_plan(impl, args)
             plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
-    assert plans["few", "tc"][0] == "wgmma_t" and plans["many", "tc"][0] == "wgmma"
     assert plans["few", "tc"][1]["rows_per_block"] == 48
     for case in ("few", "many"):
+        assert plans[case, "tc"][0] == "wgmma_ws" and plans[case, "tc"][1]["threads"] == 384
+        assert plans[case, "tc"][1] == plans[case, "tc_wgmma_ws"][1]
         assert plans[case, "tc_mma"][0] == "mma"
         assert plans[case, "tc_wgmma"][0] == "wgmma"
         assert plans[case, "tc_wgmma_t"][0] == "wgmma_t"
-        assert plans[case, "tc_wgmma_ws"][0] == "wgmma_ws" and plans[case, "tc_wgmma_ws"][1]["threads"] == 384
-        assert plans[case, "tc"][0] != "wgmma_ws"
         smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws")}
         assert len(smem) == 4  # four kernels: their layouts differ
 

@@ -143,7 +143,7 @@ def export_raw(ncu: str, report: Path, nvtx_rename: bool = False) -> str:
     """The report's raw page as CSV in base units (nvtx_rename: each kernel named by its innermost
     NVTX push/pop range)."""
     args = [ncu, "--import", str(report.with_suffix(".ncu-rep")), "--csv", "--page", "raw", "--print-units", "base",
-            "--print-fp", "--print-metric-name", "name"] + (["--print-nvtx-rename", "kernel"] if nvtx_rename else [])
+            "--print-fp"] + (["--print-nvtx-rename", "kernel"] if nvtx_rename else [])
     proc = _run(args, 120)
     if proc.returncode != 0:
         raise NcuError(f"ncu --import exited {proc.returncode}: {first_error(proc.stdout)}")

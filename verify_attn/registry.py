@@ -98,24 +98,26 @@ _ENTRIES = [
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
     Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
-         "wgmma on compute capability 9.0 (transposed, keys on M, for groups of <= 48 query rows), "
-         "mma.sync elsewhere",
+         "on compute capability 9.0 warp-specialized wgmma (a copy warpgroup, two MMA warpgroups on "
+         "alternate tiles), mma.sync elsewhere",
          cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
          paths=TC_PATHS, path=0, variant_of="tc"),
-    Impl("tc_wgmma", "tc pinned to its wgmma path, 64 query rows on M (what the H100/H200 runs at many rows)",
+    # Pinned sm_90a paths the plan does not take (slower on the H200: kernels/tc.cu): tc_wgmma
+    # is timed beside tc in Quick (the record of what the warp-specialized path won), tc_wgmma_t
+    # is checked (`check --impl all`, the parity tests) but not timed.
+    Impl("tc_wgmma", "tc pinned to its single-warpgroup-role wgmma path, 64 query rows on M",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:purple", paths=TC_PATHS, path=1, variant_of="tc"),
     Impl("tc_wgmma_t", "tc pinned to its transposed wgmma path, keys on M and query rows on N "
-         "(what the H100/H200 runs at few rows)",
+         "(slower than wgmma at few rows on the H200)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
-         color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc"),
-    # Not yet run: its plan path is taken only when pinned, and it stays out of Quick, the
-    # suite and the parity tests (under_test=False) until it is measured on an H200; `check
-    # --impl tc_wgmma_ws` and `measure --impl tc tc_wgmma_ws flashmla` reach it by name.
+         color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc", under_test=False),
+    # The plan's path on compute capability 9.0: pinned, it times tc's own kernel again, so it
+    # is not timed in Quick (under_test=False); `check --impl all` reaches it by name.
     Impl("tc_wgmma_ws", "tc pinned to its warp-specialized wgmma path: a cp.async producer warpgroup and two "
-         "consumer warpgroups on alternate tiles (not yet the plan's choice anywhere)",
+         "consumer warpgroups on alternate tiles (what tc runs on the H100/H200)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:brown", paths=TC_PATHS, path=3, variant_of="tc", under_test=False),
     Impl("torch", "the plain torch composite a careful user would write instead",

@@ -40,7 +40,7 @@ HEADLINE = (
     ("Serving", {"batch": 8, "heads": 64, "q_len": 9}),
     ("Quick", {"heads": 64, "q_len": 9, "prefix_len": 65536}),
 )
-IMPLS = ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "flashmla", "flash", "torch", "naive")  # row order within a shape
+IMPLS = ("tc", "tc_mma", "tc_wgmma", "flashmla", "flash", "torch", "naive")  # row order within a shape
 REFERENCE = "flashmla"
 
 
