@@ -174,11 +174,14 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity, volatil
     }
   }
 }
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+// Barrier and thread count as immediates: every site names constants.
+template <int Id, int Count>
+__device__ __forceinline__ void bar_arrive() {
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(Id), "n"(Count) : "memory");
 }
-__device__ __forceinline__ void bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+template <int Id, int Count>
+__device__ __forceinline__ void bar_sync() {
+  asm volatile("bar.sync %0, %1;\n" ::"n"(Id), "n"(Count) : "memory");
 }
 // cp.async.wait_all: commits this thread's pending cp.async and waits for all of them.
 __device__ __forceinline__ void cp_async_wait_every() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
@@ -286,7 +289,9 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
       sum[h] += p0 + p1;
       pa[4 * (i >> 1) + 2 * (i & 1) + h] = pack_bf16(p0, p1);
     }
-  bar_sync(kBarWg + w, 128);  // every warp's S of the tile is done: its rope plane is free
+  // Every warp's S of the tile is done: its rope plane is free.
+  if (w == 0) bar_sync<kBarWg, 128>();
+  else bar_sync<kBarWg + 1, 128>();
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
@@ -413,7 +418,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       }
       load_rows(sQ, qrow, p.q);  // completes before any tile's arrival (arrivals track every earlier cp.async)
     }
-    bar_sync(kBarProd, 128);  // the parents staged
+    bar_sync<kBarProd, 128>();  // the parents staged
     int64_t row[4];
     if (ntiles > 0) rows_of(0, row);
     for (int j = 0; j < ntiles; ++j) {
@@ -427,7 +432,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         // arrive (release: those writes are visible to the consumers that wait).
         if (pt == 0) s_bad[s] = 0;
         cp_async_wait_every();
-        bar_sync(kBarProd, 128);  // every copy of the tile landed; s_bad cleared
+        bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
         uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
         for (int c = pt; c < N * kChunks; c += 128) {
           uint4 v = rows[c];
@@ -476,7 +481,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       issue_qk(s, dq, stage(0));
       wait_all();
       pin(s);
-      if (has_b) bar_arrive(kBarS0, kConsumerThreads);  // the tensor cores are WG1's for S of tile b
+      if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
       softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, s_mask, s_bad, qk_scale, sP0, 0, wq, g, t4);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
@@ -486,7 +491,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         m_run[h] = mn[h];
       }
       fence_smem();
-      bar_arrive(kBarP0, kConsumerThreads);  // P_a, m_a, sc_a visible to WG1
+      bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
       rescale(o, sc);
       issue_pv_rs(o, pa, stage(0), 0);
       wait_all();
@@ -494,7 +499,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       mbar_arrive(empty0);  // done with stage 0
       if (has_b) {
         // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
-        bar_sync(kBarP1, kConsumerThreads);
+        bar_sync<kBarP1, kConsumerThreads>();
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = 16 * wq + g + 8 * h;
@@ -514,12 +519,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
       // is done, so that the two do not share the tensor cores and delay WG0's softmax (the
       // head of the chain).
-      bar_sync(kBarS0, kConsumerThreads);
+      bar_sync<kBarS0, kConsumerThreads>();
       mbar_wait(full0 + 8, par, abort);
       fence_smem();
       issue_qk(s, dq, stage(1));
       // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
-      bar_sync(kBarP0, kConsumerThreads);
+      bar_sync<kBarP0, kConsumerThreads>();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * wq + g + 8 * h;
@@ -541,7 +546,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
       }
       fence_smem();
-      bar_arrive(kBarP1, kConsumerThreads);  // P_b, m_b, sc_b visible to WG0
+      bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
       wait_all();
       pin(o);
       mbar_arrive(empty0);  // done with stage 0
@@ -557,7 +562,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       mbar_arrive(empty0 + 8);  // done with stage 1
     } else {
       // The last tile of an odd count is WG0's: only its P_a applied to these columns.
-      bar_sync(kBarP0, kConsumerThreads);
+      bar_sync<kBarP0, kConsumerThreads>();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 16 * wq + g + 8 * h;
@@ -583,7 +588,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     if (t4 == 0) s_l[w * kRows + 16 * wq + g + 8 * h] = l;
   }
-  bar_sync(kBarEnd, kConsumerThreads);
+  bar_sync<kBarEnd, kConsumerThreads>();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = 16 * wq + g + 8 * h;
