@@ -1,4 +1,4 @@
-// Does compute-sanitizer's racecheck honour named barriers between warpgroups? Five handoffs,
+// Does compute-sanitizer's racecheck honour named barriers between warpgroups? Seven handoffs,
 // each correct by the PTX ISA (bar.arrive / bar.sync: the arriving threads' earlier shared
 // writes are visible to the threads that wait on the barrier):
 //   0: WG0 writes, bar.arrive(1, 256); WG1 bar.sync(1, 256), reads (tc_attn_ws's P, m, sc post)
@@ -7,14 +7,58 @@
 //   2: as 1 with 256 threads (no warpgroup exited): the control
 //   3, 4: as 0 and 1 with the barrier id and count in registers (kernel arguments), as
 //      tc_attn_ws had them before its barriers took immediates
+//   5, 6: as 0 and 1 (384 threads) after a producer warpgroup's cp.async into shared memory,
+//      completed on an mbarrier (cp.async.mbarrier.arrive.noinc) that both other warpgroups
+//      wait on (mbarrier.try_wait.parity), as tc_attn_ws's stages are
 //
 //   nvcc -O2 -lineinfo -arch=sm_90a -o handoff docs/racecheck_handoff.cu
 //   compute-sanitizer --tool racecheck ./handoff
 // H200, CUDA 13.0, 2026-12-02: every mode ok, "0 hazards displayed (0 errors, 0 warnings)".
+#include <cstdint>
 #include <cstdio>
-__global__ void handoff(int mode, float* out, int id1, int id3, int n) {
+__device__ bool try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.b32 %0, 1, 0, p;\n}\n"
+               : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  return done != 0;
+}
+__global__ void handoff(int mode, float* out, int id1, int id3, int n, const float* src) {
   __shared__ float s[256];
+  __shared__ __align__(16) float staged[512];
+  __shared__ __align__(8) unsigned long long full;
   const int t = threadIdx.x, w = t / 128;
+  if (mode >= 5) {
+    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
+    if (t == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n" ::"r"(bar) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (w == 2) {
+      const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&staged[4 * (t - 256)]));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + 4 * (t - 256)) : "memory");
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+      asm volatile("cp.async.wait_all;\n" ::: "memory");
+      return;
+    }
+    while (!try_wait(bar, 0)) {
+    }
+    const float v = staged[t];
+    if (mode == 5) {
+      if (w == 0) {
+        s[t] = t * 1.5f + v;
+        asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+      } else {
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        out[t] = s[t - 128];
+      }
+    } else {
+      s[t] = t * 2.5f + v;
+      asm volatile("bar.sync 3, 256;\n" ::: "memory");
+      out[t] = s[t ^ 128];
+    }
+    return;
+  }
   if (w == 2) return;
   if (mode == 3) {
     if (w == 0) {
@@ -43,15 +87,18 @@ __global__ void handoff(int mode, float* out, int id1, int id3, int n) {
   }
 }
 int main() {
-  float* out;
+  float *out, *src;
   cudaMalloc(&out, 256 * sizeof(float));
-  const int threads[5] = {256, 384, 256, 256, 384};
-  for (int mode = 0; mode < 5; ++mode) {
-    handoff<<<1, threads[mode]>>>(mode, out, 1, 3, 256);
+  cudaMalloc(&src, 512 * sizeof(float));
+  cudaMemset(src, 0, 512 * sizeof(float));  // staged values 0: the wanted outputs below stand
+  const int threads[7] = {256, 384, 256, 256, 384, 384, 384};
+  for (int mode = 0; mode < 7; ++mode) {
+    handoff<<<1, threads[mode]>>>(mode, out, 1, 3, 256, src);
     float h[256];
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
-    const int tt = mode % 3 == 0 ? 200 : 10;
-    const float want = mode % 3 == 0 ? (tt - 128) * 1.5f : (tt ^ 128) * 2.5f;
+    const bool arrive = mode == 0 || mode == 3 || mode == 5;
+    const int tt = arrive ? 200 : 10;
+    const float want = arrive ? (tt - 128) * 1.5f : (tt ^ 128) * 2.5f;
     printf("mode %d (%d threads): out[%d] = %g, want %g: %s\n", mode, threads[mode], tt, h[tt], want,
            h[tt] == want ? "ok" : "WRONG");
     cudaDeviceSynchronize();

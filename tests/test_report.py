@@ -387,3 +387,58 @@ def test_a_malformed_accepted_json_is_a_refusal_naming_the_entry(tmp_path):
     path.write_text(json.dumps([{"commit": None, "series": "x\\.y", "reason": "r"},
                                 {"commit": "abc1234", "series": "z", "reason": "r"}]))
     assert [p.pattern for p in report.not_judged(tmp_path)] == ["x\\.y"]
+
+
+def test_a_step_accepted_at_a_commit_in_the_range_is_marked_not_deciding(results, capsys, monkeypatch):
+    """A slower series that benchmarks/accepted.json accepts at a commit after the base, up to
+    the head (regressions.accepted_between), is shown and marked, and the verdict is the rest's:
+    as the regressions page drops the accepted step, report does not exit 1 on it."""
+    from verify_attn_tools import regressions
+
+    path, a, b = results
+    write(path, "nvidia-h200", b, {**BASE, (65536, "tc"): 3.3e-4 * 1.05})
+    seen = []
+
+    def between(root, before, after):
+        seen.append((before, after))
+        return [(b[:7], re.compile(r"bench_verify_attn\.Quick\.track_time(_vs_anchor)?\(64, 9, 65536, 'tc'\)"))]
+
+    monkeypatch.setattr(regressions, "accepted_between", between)
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert seen == [(a, b)]
+    assert "**accepted steps only**" in out.splitlines()[0]
+    assert re.search(rf"1 slower as accepted in benchmarks/accepted.json at {b[:7]}, worst tc at Quick h64 q9 p65536", out)
+    row = next(l for l in out.splitlines() if l.startswith("| Quick h64 q9 p65536 | tc |"))
+    assert row.endswith(f"**slower** (accepted at {b[:7]}: benchmarks/accepted.json) |")
+    monkeypatch.setattr(regressions, "accepted_between", lambda root, before, after: [])
+    assert run(path, a, b) == 1
+
+
+def test_accepted_between_takes_the_steps_after_the_base_up_to_the_head(tmp_path):
+    """Which entries of benchmarks/accepted.json apply to a comparison: a named commit the head
+    contains and the base does not; commit null (never judged) and unknown commits never."""
+    from verify_attn_tools import regressions
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, capture_output=True, text=True, check=True).stdout.strip()
+
+    git("init", "-q")
+    shas = []
+    for n in range(3):
+        (tmp_path / "f").write_text(str(n))
+        git("add", "f")
+        git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", f"c{n}")
+        shas.append(git("rev-parse", "HEAD"))
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "accepted.json").write_text(json.dumps([
+        {"commit": shas[1][:7], "series": "s1", "reason": "r"}, {"commit": None, "series": "s0", "reason": "r"},
+        {"commit": "0123abc", "series": "s2", "reason": "r"}]))
+
+    def between(before, after):
+        return [(c, p.pattern) for c, p in regressions.accepted_between(tmp_path, before, after)]
+
+    assert between(shas[0], shas[2]) == [(shas[1][:7], "s1")]
+    assert between(shas[0], shas[1]) == [(shas[1][:7], "s1")]
+    assert between(shas[1], shas[2]) == []
+    assert between(shas[2], shas[2]) == []

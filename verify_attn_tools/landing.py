@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
-from . import report
+from . import regressions, report
 
 BENCH = report.BENCH
 ASV_PAGE = "asv.html"  # asv's own front page, moved aside by publish
@@ -255,7 +255,9 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     loaded = [{k: v for k, v in res.items() if k.startswith(f"{BENCH}.")} for res in loaded]
     new = loaded[-1] if loaded else {}
     old = loaded[-2] if len(loaded) > 1 else {}
-    rows = report.compare(old, new, benchmarks, report.FACTOR, "") if new else []
+    # The steps accepted between the two newest recorded commits (this repository's history).
+    accepted = regressions.accepted_between(report.ROOT, commits[-2][0], commits[-1][0]) if len(commits) > 1 else []
+    rows = report.compare(old, new, benchmarks, report.FACTOR, "", accepted) if new else []
     by_point = {(r.case, r.impl): r for r in rows}
     points = []
     for cls, shape in HEADLINE:
@@ -282,7 +284,8 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     if len(commits) > 1:
         _, m.code = report.markdown(rows, commits[-2][0], commits[-1][0], name, report.FACTOR, True)
         counted = [r for r in rows if report.counts(r.impl)]
-        slower = [r for r in counted if r.change == "slower"]
+        slower = [r for r in counted if r.change == "slower" and not r.accepted]
+        stepped = [r for r in counted if r.accepted]
         faster = [r for r in counted if r.change == "faster"]
         judged = sum(r.judged for r in rows)
         m.summary = ("failed: something failed that did not before" if m.code == 2 else
@@ -290,6 +293,9 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
                      if slower else f"faster at {len(faster)} points, no counted slowdown" if faster else
                      "no significant change" if judged else
                      "not judged: the previous commit has no drift-free series (raw times only)")
+        if stepped:
+            m.summary += (f"; slower at {len(stepped)} points as accepted in benchmarks/accepted.json "
+                          f"(worst {change_words(max(stepped, key=lambda r: r.ratio))[0]})")
         m.summary += f" ({judged} of {len(rows)} points judged on the drift-free series)"
     m.ceilings = "; ".join(f"{k} {v}" for k, v in details.items())
     return m

@@ -47,6 +47,20 @@ def on_branches(root: Path, commit: str, branches: list[str]) -> str | None:
     return None
 
 
+def accepted_between(root: Path, before: str, after: str) -> list[tuple[str, re.Pattern]]:
+    """(commit, series regex) of the steps benchmarks/accepted.json accepts at a commit that
+    `after` contains and `before` does not: the range a comparison of the two spans."""
+    out = []
+    for entry in load_accepted(root):
+        if entry["commit"] is None:
+            continue
+        sha = git(root, "rev-parse", "--verify", "--quiet", f"{entry['commit']}^{{commit}}").stdout.strip()
+        if (sha and git(root, "merge-base", "--is-ancestor", sha, after).returncode == 0
+                and git(root, "merge-base", "--is-ancestor", sha, before).returncode != 0):
+            out.append((entry["commit"], re.compile(entry["series"])))
+    return out
+
+
 def load_accepted(root: Path) -> list[dict]:
     """benchmarks/accepted.json's entries, each checked (fields, a non-empty string or a null
     commit, a series that compiles); [] without the file. Raises AcceptedError naming the entry

@@ -141,6 +141,7 @@ class Row:
     spread: tuple = (None, None)  # IQR / median of each commit's samples of the judged series (asv's q_25, q_75)
     series: str = ""           # the benchmark the change was read from (its asv graph)
     params: dict = dataclasses.field(default_factory=dict)  # {parameter name: asv's repr of the value}
+    accepted: str = ""         # slower, and accepted at this commit (benchmarks/accepted.json)
 
     @property
     def order(self) -> int:
@@ -241,7 +242,11 @@ def not_judged(root: Path = ROOT) -> list[re.Pattern]:
         raise Refusal(str(exc)) from None
 
 
-def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> list[Row]:
+def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str,
+            accepted: list[tuple[str, re.Pattern]] = ()) -> list[Row]:
+    """Rows of every timed point of A and B. accepted: (commit, series regex) of the steps
+    benchmarks/accepted.json accepts between the two (regressions.accepted_between): a slower
+    row of such a series is marked, and does not decide."""
     from asv.commands.compare import _is_result_better
 
     unjudged = not_judged()
@@ -263,7 +268,9 @@ def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> li
                 continue  # measured in neither: not this device's grid, or skipped both times
             pa, pb = xa.get(combo, NA), xb.get(combo, NA)
             ma, mb = (None if isna(p[0]) else median(p[2]) if p[2] else p[0] for p in (pa, pb))
-            if any(r.search(f"{BENCH}.{cls}.{ANCHOR}({', '.join(map(repr, combo))})") for r in unjudged):
+            # Series names as asv writes them (the regexes of accepted.json match those).
+            names_of = [f"{BENCH}.{cls}.{metric}({', '.join(map(repr, combo))})" for metric in (TIME, ANCHOR)]
+            if any(r.search(names_of[1]) for r in unjudged):
                 ma = mb = None  # shown with its raw times, never deciding
             case, impl = label(cls, param_names(key, benchmarks, len(combo)), combo)
             ratio, judged, significant = None, False, False
@@ -299,7 +306,9 @@ def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str) -> li
                             inverse("track_time_vs_naive"), inverse("track_time_vs_roofline"),
                             tuple(map(iqr_fraction, judged_on)),
                             f"{BENCH}.{cls}.{ANCHOR if judged_on[0] is pa else TIME}",
-                            {n: repr(v) for n, v in zip(names, combo)}))
+                            {n: repr(v) for n, v in zip(names, combo)},
+                            next((c for c, r in accepted if change == "slower"
+                                  and any(r.match(n) for n in names_of)), "")))
     # Within a kind, the largest moves first (the raw ones too, folded as they are).
     return sorted(rows, key=lambda r: (r.order, -(r.ratio or 0) if r.change in ("slower", "raw") else (r.ratio or 0),
                                        r.case, r.impl))
@@ -381,10 +390,11 @@ def report_line(r: Row) -> str:
         evidence = "-"
     change = change_words(r.ratio) + (" (raw)" if r.change == "raw" and r.ratio is not None else "")
     peer = "" if counts(r.impl) or not r.significant else " (a peer: not counted)"
+    accepted = f" (accepted at {r.accepted}: benchmarks/accepted.json)" if r.accepted else ""
     speed, peak = after_of(r.speedup), after_of(r.peak)
     return (f"| {cell(r.case)} | {cell(r.impl)} | {fmt_time(r.before)} | {fmt_time(r.after)} | {change} | "
             f"{fmt_spread(r.spread)} | {evidence} | {'-' if speed is None else f'{speed:.3g}x'} | "
-            f"{'-' if peak is None else f'{100 * peak:.3g}%'} | {STATUS[r.change]}{peer} |")
+            f"{'-' if peak is None else f'{100 * peak:.3g}%'} | {STATUS[r.change]}{peer}{accepted} |")
 
 
 def ab_line(r: dict, asv_rows: dict) -> str:
@@ -464,7 +474,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         def ratio_of(r):
             return num(r.get("ratio"))
     else:
-        slower = [r for r in counted if r.change == "slower"]
+        slower = [r for r in counted if r.change == "slower" and not r.accepted]
         faster = [r for r in counted if r.change == "faster"]
         code = 2 if failed or cases else 1 if slower else 0
         judged_any = any(r.judged for r in counted)
@@ -475,6 +485,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         def ratio_of(r):
             return r.ratio
     verdict = ("failed" if code == 2 else "slower" if slower else "faster" if faster
+               else "accepted steps only" if ab is None and any(r.accepted for r in counted)
                else "no significant change" if judged_any
                else "not judged: no drift-free series for both commits" if ab is None and raw
                else "not judged: no point measured in both commits")
@@ -490,6 +501,12 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
     if slower:
         worst = max(slower, key=ratio_of)
         detail.append(f"{len(slower)} slower, worst {where(worst)} {change_words(ratio_of(worst))}")
+    stepped = [r for r in counted if r.accepted] if ab is None else []
+    if stepped:
+        worst = max(stepped, key=ratio_of)
+        detail.append(f"{len(stepped)} slower as accepted in benchmarks/accepted.json at "
+                      f"{', '.join(sorted({r.accepted for r in stepped}))}, worst {where(worst)} "
+                      f"{change_words(ratio_of(worst))}")
     if faster:
         best = min(faster, key=ratio_of)
         detail.append(f"{len(faster)} faster, best {where(best)} {change_words(ratio_of(best))}")
@@ -514,8 +531,10 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         lines += [f"**Rule:** {why} asv's recorded results decide, on the drift-free series: a point is slower "
                   f"(faster) when its time over a frozen anchor build's (the two timed in turn in one process, "
                   f"x anchor) moved past {factor:g} (its inverse) and asv's Mann-Whitney test on the samples says "
-                  "they differ (p < 0.002). Raw times are shown, not deciding. Spread: the interquartile range over "
-                  "the median of each commit's samples of that series (asv's q_25, q_75), before / after.", ""]
+                  "they differ (p < 0.002). Raw times are shown, not deciding; so is a slower point of a series "
+                  "that benchmarks/accepted.json accepts at a commit after the base, up to the head. Spread: the "
+                  "interquartile range over the median of each commit's samples of that series (asv's q_25, "
+                  "q_75), before / after.", ""]
     if raw and ab is None:
         lines += ["Raw only (not judged): one of the two commits lacks the drift-free series there (or recorded it "
                   "against another anchor); raw times of separate processes and machine starts drift by several %, "
@@ -706,7 +725,13 @@ def report(argv) -> int:
         benchmarks = json.loads(bench_file.read_text()) if bench_file.exists() else {}
     except ValueError as exc:
         raise Refusal(f"malformed {bench_file}: {exc}") from None
-    rows = compare(a_res, b_res, benchmarks, args.factor, args.bench)
+    from .regressions import AcceptedError, accepted_between
+
+    try:
+        accepted = accepted_between(ROOT, a, b)
+    except AcceptedError as exc:
+        raise Refusal(str(exc)) from None
+    rows = compare(a_res, b_res, benchmarks, args.factor, args.bench, accepted)
     cases = failed_cases(a_res, b_res) if re.search(args.bench, f"{BENCH}.QuickCases.track_error") else []
     ab = load_ab(args.ab) if args.ab else None
     from .regressions import commit_url
