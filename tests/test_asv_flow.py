@@ -105,8 +105,14 @@ def test_run_publish_compare_and_continuous(repo):
     assert "PERFORMANCE DECREASED" in slow.stdout and "'flash'" in slow.stdout
 
     commit(repo, "change nothing", touch_readme)
-    same = asv(repo, env, "continuous", "--machine", "ci", "-f", "2", "-b", rf"{BENCH}\.track_time(?!_)",
-               "HEAD~1", "HEAD", check=False)
+    # asv continuous times the two commits in two processes: on a busy 2-core box a point of
+    # 0.3 ms once read 2.9x between them (CI, naive at prefix 0). A change-nothing check that
+    # flags is asked again; flagging twice fails.
+    for attempt in range(2):
+        same = asv(repo, env, "continuous", "--machine", "ci", "-f", "2", "-b", rf"{BENCH}\.track_time(?!_)",
+                   "HEAD~1", "HEAD", check=False)
+        if same.returncode == 0:
+            break
     assert same.returncode == 0, same.stdout + same.stderr
 
 
