@@ -54,9 +54,8 @@ def accepted_between(root: Path, before: str, after: str) -> list[tuple[str, re.
     for entry in load_accepted(root):
         if entry["commit"] is None:
             continue
-        sha = git(root, "rev-parse", "--verify", "--quiet", f"{entry['commit']}^{{commit}}").stdout.strip()
-        if (sha and git(root, "merge-base", "--is-ancestor", sha, after).returncode == 0
-                and git(root, "merge-base", "--is-ancestor", sha, before).returncode != 0):
+        sha = on_branches(root, entry["commit"], [after])
+        if sha and not on_branches(root, sha, [before]):
             out.append((entry["commit"], re.compile(entry["series"])))
     return out
 
