@@ -1,13 +1,13 @@
 """MLA verify attention across prefix lengths, query counts and implementations.
 
-A class per head count of verify_attn.grid.HEADS (HeadsN) and Chain, all served by one
-measurement (the full grid, then the chain tree); Quick is the pull-request subset (asv -b Quick: Quick and QuickCases), ColdL2
-flushes the L2 cache before every call, Chain is the chain tree (where FlashMLA runs too),
-Serving the batches of ragged paged trees a server verifies. What each measures on each
-device: verify_attn.grid.SELECTIONS.
+A class per head count of verify_attn.grid.HEADS (HeadsN) and Chain (the chain tree, where
+FlashMLA runs too), all served by one measurement (the full grid, then the chain tree);
+Quick is the pull-request subset (asv -b Quick: Quick and QuickCases), ColdL2 flushes the L2
+cache before every call, Serving the batches of ragged paged trees a server verifies. What
+each measures on each device: verify_attn.grid.SELECTIONS.
 """
 
-from verify_attn import cases, grid, prebuild, registry, suite
+from verify_attn import cases, gpu, grid, prebuild, registry
 
 from .common import IMPLS, GridBenchmark
 
@@ -21,6 +21,8 @@ class _FullGrid(GridBenchmark):
     part = "full"
 
     def setup_cache(self):
+        from verify_attn import suite
+
         prebuild.start(suite.needs("full") + suite.needs("chain"))
         return {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
 
@@ -38,18 +40,21 @@ class _QuickSubset:
     version = "1"
 
     def setup_cache(self):
+        from verify_attn import suite
+
         return suite.measure_quick()
 
 
-# Quick's kernels: those under test with their pinned-path variants (tc_mma), gated and timed here.
-UNDER_TEST = [i for i in registry.display_order(suite.device()) if registry.get(i).under_test]
+# The named-case gate's kernels: those under test with their pinned-path variants (tc_mma,
+# tc_wgmma); Quick times them but the gated-only ones (verify_attn.grid.GATED_ONLY).
+UNDER_TEST = [i for i in registry.display_order(gpu.device()) if registry.get(i).under_test]
 
 
 class Quick(_QuickSubset, GridBenchmark):
     """Pull-request subset: the kernels under test at every head count (verify_attn.grid), not
     timed if any named case fails (QuickCases)."""
 
-    params = [*map(list, grid.QUICK_PARAMS), UNDER_TEST]
+    params = [*map(list, grid.QUICK_PARAMS), grid.impls_of("quick", UNDER_TEST)]
     param_names = ["heads", "q_len", "prefix_len", "impl"]
     version = "2"  # every head count (version 1: heads 64 only, no heads parameter)
 
@@ -88,6 +93,8 @@ class ColdL2(GridBenchmark):
     params = [*map(list, grid.COLD_PARAMS), grid.impls_of("cold", IMPLS)]
 
     def setup_cache(self):
+        from verify_attn import suite
+
         return suite.measure_grid(None, "cold")
 
 
@@ -113,4 +120,6 @@ class Serving(GridBenchmark):
         return params
 
     def setup_cache(self):
+        from verify_attn import suite
+
         return suite.measure_serving()

@@ -14,16 +14,21 @@ the samples dropped for a low clock, and the launch plan (a plan change then sho
 the timing it explains). A series that does not apply to a point (no launch plan for a
 Python implementation, no SM clock on the CPU) returns NaN, which asv stores as n/a, as for a
 skipped benchmark: raising from a track_ method would mark it failed.
+
+Nothing imported here at module level imports torch: asv forks each of its ~7,500 runs of a
+full suite from a server process that imported these modules, and with torch in it a fork
+costs 12-14 ms (verify_attn/gpu.py). Each setup_cache imports verify_attn.suite (and torch)
+itself, once; setup and the track_ methods read the plain data it returned.
 """
 
 import abc
 import math
 
-from verify_attn import anchor, grid, registry, suite
+from verify_attn import anchor, gpu, grid, registry
 
 # The implementations in the order asv's pages open on (a kernel's pinned-path variants are
 # Quick's alone); each grid class's impl parameter is the part of it its selection measures.
-IMPLS = [i for i in registry.display_order(suite.device()) if i not in grid.VARIANTS]
+IMPLS = [i for i in registry.display_order(gpu.device()) if i not in grid.VARIANTS]
 
 
 class GridBenchmark(abc.ABC):

@@ -44,13 +44,17 @@ constexpr int kPathWgmma = 1;
 constexpr int kPathWgmmaT = 2;
 constexpr int kPathWgmmaWs = 3;
 
-// On compute capability 9.0 the plan takes wgmma_ws at every shape. Measured on an H200
+// On compute capability 9.0 the plan takes wgmma_ws but at the shortest ranges. Measured on an H200
 // (`python -m verify_attn measure`, chain tree, 15 samples with the kernels alternating, one
 // process): heads 64 q_len 9 prefix 65,536 wgmma_ws 0.156 ms against wgmma 0.252 (FlashMLA
 // 0.135); q_len 65 0.946 against 1.601 (FlashMLA 0.799); at prefix 2,048 0.026 against 0.029
 // and 0.058 against 0.077. wgmma_t (query rows on N, no padding of groups <= 48 rows) was
 // slower than wgmma where it was meant to win: heads 8 q_len 9 prefix 65,536 0.0966 against
-// 0.0824 ms, heads 16 0.1215 against 0.1021. wgmma and wgmma_t stay, taken only when pinned.
+// 0.0824 ms, heads 16 0.1215 against 0.1021. Where every element's keys fit in two tiles
+// (kv_cols bounds every prefix + q_len: the tree alone, the shortest prefixes) wgmma_ws's
+// set-up (384 threads, four mbarriers, the register handover) is not paid back: at prefix 0
+// the recorded suite of effa37c read tc 3.2-5.5% slower than at 785a436 (wgmma), x anchor,
+// at six of the grid's twelve (heads, q_len) points, so the plan keeps wgmma there. wgmma_t stays, taken only when pinned.
 
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
@@ -107,7 +111,8 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
   const bool wgmma_ws = sm90a && optin >= ws::kBaseBytes;
-  if (path == kAnyPath) path = wgmma_ws ? kPathWgmmaWs : wgmma ? kPathWgmma : kPathMma;
+  const bool short_range = p.kv_cols <= 2 * ws::N;
+  if (path == kAnyPath) path = wgmma_ws && !short_range ? kPathWgmmaWs : wgmma ? kPathWgmma : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
       (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs))
     return plan;  // not here

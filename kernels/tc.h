@@ -6,21 +6,20 @@
 //                 kernels share: the swizzled planes, descriptors, wgmma wrappers, wg::Tiles
 //                 (the gather, tree mask and non-finite clean-up of a block's tiles)
 //   tc_wgmma_t.h  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
-//   tc_wgmma_ws.h the same block warp-specialized (sm_90a; not yet run, taken only when
-//                 pinned): tc_attn_ws, a cp.async producer warpgroup (mbarriers) and two
-//                 consumer warpgroups on alternate tiles, so one's softmax overlaps the
-//                 other's MMAs
+//   tc_wgmma_ws.h the same block warp-specialized (sm_90a): tc_attn_ws, a cp.async
+//                 producer warpgroup (mbarriers) and two consumer warpgroups on alternate
+//                 tiles, so one's softmax overlaps the other's MMAs
 //   tc_merge.h    the log-sum-exp merge of split partials, one kernel for every path
 //   tc.cu         the plan (the path and tile chosen once, recorded in Plan::path) and launch
 //
-// Three paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
-// every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs:
-// tc_attn_wg with the query rows on wgmma's M, which is 64, or, where a group holds <= 48
-// rows (few heads, short trees: there a quarter or more of each 64-row MMA would be
-// padding), tc_attn_wgt with the keys on M and the rows on N, which steps by 8
-// (S^T = K Q^T, O^T = V^T P^T). All share the rows, the splits, the gather, the tree mask,
-// the NaN handling and the merge described here. A fourth, tc_attn_ws (the block of
-// tc_attn_wg, warp-specialized), runs only when pinned until it is measured.
+// Four paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
+// every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
+// with the query rows on wgmma's M, which is 64: tc_attn_ws (a producer warpgroup, two
+// consumers on alternate tiles) and, where every element's keys fit in two tiles,
+// tc_attn_wg (both warpgroups in one phase). tc_attn_wgt, the keys on M and the rows on N
+// (S^T = K Q^T, O^T = V^T P^T: no padding of groups <= 48 rows), measured slower than
+// tc_attn_wg where it was meant to win, runs only when pinned. All share the rows, the
+// splits, the gather, the tree mask, the NaN handling and the merge described here.
 //
 // In MLA every head reads the same cache row, so a block takes up to 64 query rows, the
 // (token, head) pairs of one batch element in token-major order (row = i * heads + h), and

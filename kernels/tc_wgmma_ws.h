@@ -1,6 +1,7 @@
 // tc's warp-specialized sm_90a path: a cp.async producer warpgroup and two consumer
 // warpgroups that take alternate tiles (ping-pong), compiled to a trap elsewhere.
-// NOT YET RUN on a GPU (written without one): the plan takes it only when pinned (path 3).
+// What tc runs on compute capability 9.0 (path 3) but where every element's keys fit in two
+// tiles (kernels/tc.cu says why, with the H200's measurements).
 #pragma once
 #include "tc_wgmma.h"
 

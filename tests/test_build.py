@@ -105,7 +105,7 @@ def test_prebuild_builds_what_a_later_load_finds(tmp_path, monkeypatch):
     for name, value in (("VERIFY_ATTN_CACHE", str(cache)), ("VERIFY_ATTN_CPU_ONLY", "1"), ("VERIFY_ATTN_ANCHOR", "off")):
         monkeypatch.setenv(name, value)
     env = dict(os.environ)
-    procs = prebuild.start()
+    procs = prebuild.start(("extension", "anchor", "flashmla"))
     assert len(procs) == 1  # the extension: no anchor (off), no FlashMLA on the CPU
     # While its builder holds the build directory's lock, a second start (the next class's
     # set-up) leaves it to that builder instead of starting one that would only wait.
@@ -113,11 +113,11 @@ def test_prebuild_builds_what_a_later_load_finds(tmp_path, monkeypatch):
     while not build.busy(build._build_dir()) and procs[0].poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert build.busy(build._build_dir()), "the builder holds its lock while it compiles (tens of seconds)"
-    assert prebuild.start() == []
+    assert prebuild.start(("extension",)) == []
     assert procs[0].wait(timeout=600) == 0
     assert not build.busy(build._build_dir())
     assert build.library_path().exists()
-    assert prebuild.start() == []  # built: nothing to start
+    assert prebuild.start(("extension", "anchor", "flashmla")) == []  # built: nothing to start
     bad = subprocess.run([sys.executable, "-m", "verify_attn.prebuild", "everything"], cwd=ROOT, env=env,
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "extension, anchor, flashmla" in bad.stderr
+    assert bad.returncode == 2 and "extension, anchor, flashmla, resources" in bad.stderr

@@ -54,24 +54,27 @@ def test_pinned_sm90a_paths_match_reference_at_length(case, impl):
                     reason="tc takes its wgmma paths only on compute capability 9.0")
 def test_each_tc_path_is_planned_once_and_named():
     """On the H100/H200 tc's plan picks wgmma_ws (384 threads: a producer warpgroup beside the
-    two consumers) at every shape, groups of <= 48 query rows too (heads 8 x q_len 9 = 72 rows:
-    2 groups of 48); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t, tc_wgmma_ws) runs its own
-    path at every shape, and the plan says which ran."""
-    few = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
+    two consumers) where an element's keys may exceed two tiles (heads 64 x q_len 9 at prefix
+    512), and wgmma where every element's keys fit in two tiles (heads 8 x q_len 9 at prefix
+    0: 2 groups of 48 rows, 9 keys); each pinned variant (tc_mma, tc_wgmma,
+    tc_wgmma_t, tc_wgmma_ws) runs its own path at every shape, and the plan says which ran."""
+    short = cases.make_inputs(cases.CASES["seed_2x8x9x9"], "cuda", 0)
     many = cases.make_inputs(cases.CASES["seed_2x64x9x521"], "cuda", 0)
     plans = {}
-    for case, inputs in (("few", few), ("many", many)):
+    for case, inputs in (("short", short), ("many", many)):
         args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
         for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws"):
             plan = ops.launch_plan(impl, args)
             plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
-    assert plans["few", "tc"][1]["rows_per_block"] == 48
-    for case in ("few", "many"):
-        assert plans[case, "tc"][0] == "wgmma_ws" and plans[case, "tc"][1]["threads"] == 384
-        assert plans[case, "tc"][1] == plans[case, "tc_wgmma_ws"][1]
+    assert plans["short", "tc"][0] == "wgmma" and plans["short", "tc"][1] == plans["short", "tc_wgmma"][1]
+    assert plans["short", "tc"][1]["rows_per_block"] == 48
+    assert plans["many", "tc"][0] == "wgmma_ws" and plans["many", "tc"][1]["threads"] == 384
+    assert plans["many", "tc"][1] == plans["many", "tc_wgmma_ws"][1]
+    for case in ("short", "many"):
         assert plans[case, "tc_mma"][0] == "mma"
         assert plans[case, "tc_wgmma"][0] == "wgmma"
         assert plans[case, "tc_wgmma_t"][0] == "wgmma_t"
+        assert plans[case, "tc_wgmma_ws"][0] == "wgmma_ws" and plans[case, "tc_wgmma_ws"][1]["threads"] == 384
         smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws")}
         assert len(smem) == 4  # four kernels: their layouts differ
 

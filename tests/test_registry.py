@@ -94,7 +94,8 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
     build compiles sm_90a there), where the plan takes wgmma_ws: its pinned variant would time
     tc's kernel twice, and wgmma_t (slower than wgmma) is not timed, so both stay out of the
     kernels under test and are reached by name (check --impl, measure --impl); tc_mma (every
-    other GPU's path) and tc_wgmma (the path wgmma_ws replaced) are timed beside tc."""
+    other GPU's path) is gated and timed beside tc, tc_wgmma (tc's path where every element's
+    keys fit in two tiles) gated on every named case but not timed at Quick's long prefixes."""
     from verify_attn import grid, registry
 
     tc = registry.get("tc")
@@ -112,3 +113,10 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
         for cc in ((8, 0), (8, 9), (10, 0), (12, 0)):
             assert impl.unsupported("cuda", cc), (name, cc)
     assert registry.get("tc_mma").unsupported("cuda", (12, 0)) is None
+    from verify_attn import profile, suite
+
+    for device in ("cuda", "cpu", "tiny"):
+        quick = grid.SELECTIONS[device]["quick"]
+        assert quick.exclude == grid.GATED_ONLY == ("tc_wgmma",)
+    assert {"tc_mma", "tc_wgmma"} <= set(suite.gated()) and "tc_wgmma" not in suite.impls("quick")
+    assert "tc_mma" in suite.impls("quick") and "tc_wgmma" not in profile.impls()

@@ -1,10 +1,11 @@
 """The compiler's resource report parses into numbers for every kernel and architecture."""
 
 import shutil
+import time
 
 import pytest
 
-from verify_attn import registry, resources
+from verify_attn import build, prebuild, registry, resources
 
 
 def test_occupancy_limits():
@@ -15,8 +16,22 @@ def test_occupancy_limits():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_report_covers_every_kernel(tmp_path, monkeypatch):
+    """Made the way the suite makes it: by a prebuild process, while the first classes run;
+    the benchmark's own call then reads what that process wrote."""
     monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
+    procs = prebuild.start(("resources",))
+    assert [p.args[-1] for p in procs] == ["resources"]
+    lock = resources.cache_path().with_suffix("")
+    deadline = time.monotonic() + 60
+    while not build.busy(lock) and procs[0].poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert build.busy(lock), "the compiling process holds the report's lock"
+    assert prebuild.start(("resources",)) == []  # a second set-up leaves it to that process
+    assert procs[0].wait(timeout=900) == 0, (tmp_path / "prebuild.log").read_text()
+    assert resources.cache_path().exists() and prebuild.start(("resources",)) == []
+    t0 = time.perf_counter()
     report = resources.report()
+    assert time.perf_counter() - t0 < 5, "read from the cache, not compiled again"
     for arch in resources.ARCHS:
         assert set(resources.of_impl(report, "naive", arch)) == {"naive_scores", "naive_softmax", "naive_output"}
         for impl in (n for n, i in registry.IMPLS.items() if i.cuda_sources):

@@ -93,8 +93,9 @@ def driver(tmp: Path, *argv: str) -> str:
 def environment(tmp: Path) -> dict:
     (tmp / "home").mkdir(exist_ok=True)
     (tmp / "cache").mkdir(exist_ok=True)
+    # No real builds beside the fake asv (test_a_whole_run_starts_the_builds_first checks that they start).
     return dict(os.environ, HOME=str(tmp / "home"), VERIFY_ATTN_CACHE=str(tmp / "cache"), VERIFY_ATTN_DEVICE="cpu",
-                COLUMNS="100", PYTHONPATH=str(ROOT))
+                COLUMNS="100", PYTHONPATH=str(ROOT), VERIFY_ATTN_PREBUILD="0")
 
 
 def verb(tmp: Path, *argv: str) -> subprocess.CompletedProcess:
@@ -184,6 +185,28 @@ def test_a_passing_run_exits_0(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "asv exited 0 after" in proc.stdout
+
+
+def test_a_whole_run_starts_the_builds_first(tmp_path):
+    """A run of the whole suite over the checkout starts every build before asv (through the
+    verb's tracked process groups); one with -b, or over other commits, leaves them to the
+    benchmarks that need them."""
+    record = tmp_path / "started.txt"
+    hook = (f"import verify_attn.prebuild as pb\n"
+            f"def fake(needs=pb.WHAT, popen=None):\n"
+            f"    open({str(record)!r}, 'a').write(','.join(needs) + ' ' + popen.__qualname__ + '\\n')\n"
+            f"    return []\n"
+            f"run.prebuild.start = fake\n"
+            f"run.checkout_measured = lambda r: r == ['HEAD^!']\n")  # the test's checkout may be dirty
+    for argv, expected in (((), "extension,anchor,flashmla,resources Children.popen\n"), (("-b", "Quick"), None),
+                           (("HEAD~1..HEAD",), None)):
+        record.unlink(missing_ok=True)
+        source = driver(tmp_path, *argv).replace("run.LOGS =", hook + "run.LOGS =")
+        proc = subprocess.run([sys.executable, "-c", source], cwd=ROOT, env=dict(environment(tmp_path), FAKE_ASV_SLOW="0"),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert (record.read_text() if record.exists() else None) == expected, argv
+    assert run.checkout_measured(["HEAD~1..HEAD"]) is False
 
 
 def test_the_logs_are_git_ignored():

@@ -24,6 +24,27 @@ def test_samples_measure_the_call():
     assert timing.asv() == {"samples": timing.samples, "number": timing.number}
 
 
+def test_a_slow_call_is_warmed_twice_not_over_every_input_set():
+    """A call over slow_call_s: two warm-up calls of the first input set, then slow_samples
+    samples of one call each; a call that is slow only the first time is calibrated as fast."""
+    seen = []
+    calls = [lambda k=k: (seen.append(k), time.sleep(0.012)) for k in range(4)]
+    timing = Timer("cpu", samples=9, min_sample_s=0.05, warmup_s=0.0, slow_call_s=0.01, slow_samples=3).time(calls)
+    assert seen[:2] == [0, 0] and len(seen) == 2 + 3
+    assert timing.number == 1 and len(timing.samples) == 3
+    seen.clear()
+    first = [True]
+
+    def once_slow():
+        seen.append(0)
+        if first[0]:
+            first[0] = False
+            time.sleep(0.012)
+
+    timing = Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0, slow_call_s=0.01, slow_samples=2).time([once_slow])
+    assert len(timing.samples) == 4  # not the slow count: the second call was fast
+
+
 def test_variants_alternate():
     order = []
     Timer("cpu", samples=3, min_sample_s=0.0, warmup_s=0.0).time_many(

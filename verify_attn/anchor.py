@@ -23,9 +23,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import torch
+from . import registry
 
-from . import build, registry, revision
+# torch, build and revision are imported where used: the benchmark modules read version() at
+# import, in asv's fork server, which must not hold torch (verify_attn/gpu.py says why).
 
 COMMIT = "cbb6b5e66990d0c1653c3c193be72997f01fef48"
 NS = "va_anchor"
@@ -45,6 +46,8 @@ def version() -> str:
 
 
 def repository() -> Path | None:
+    from . import build
+
     for where in (os.environ.get("ASV_CONF_DIR"), build.kernels_dir().parent.parent, build.kernels_dir().parent):
         if where and (Path(where) / ".git").exists():
             return Path(where)
@@ -53,6 +56,8 @@ def repository() -> Path | None:
 
 def library():
     """The anchor's kernels as a build (verify_attn.revision) and the implementations it holds."""
+    from . import revision
+
     return revision.library(repository(), commit(), NS)
 
 
@@ -65,6 +70,8 @@ def load() -> tuple[str | None, str]:
 
 
 def _load() -> tuple[str | None, str]:
+    from . import build, revision
+
     rev = commit()
     if rev == "off":
         return None, f"{ENV}=off"
@@ -83,6 +90,8 @@ def yardstick(impl: str, ns: str) -> str | None:
     """The anchor op that impl's samples are divided by: its own, else tc's; None if neither."""
     if ns is None:
         return None
+    import torch
+
     ops = getattr(torch.ops, ns)
     entry = registry.get(impl)
     for name in ((impl,) if entry.compiled and not entry.runner else ()) + (FALLBACK,):

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import torch
-
 from .shapes import KEY_DIM, LATENT
+
+# torch is imported by the functions that make tensors: the benchmark modules read CASES in
+# asv's fork server, which must not hold torch (verify_attn/gpu.py says why).
 
 # DeepSeek-V3: 1/sqrt(192) times the YaRN mscale**2 (docs/op.md).
 DEEPSEEK_V3_SCALE = 0.1352
@@ -67,6 +68,8 @@ class Inputs:
 
 def make_parent(tree, q_len: int, gen: torch.Generator) -> list[int]:
     """The parent array of a named tree shape, or the given one (a tuple of q_len parents)."""
+    import torch
+
     if isinstance(tree, tuple):
         if len(tree) != q_len:
             raise ValueError(f"a given tree needs q_len = {q_len} parents, got {len(tree)}")
@@ -97,6 +100,8 @@ def make_inputs(case: Case, device="cpu", seed: int = 0) -> Inputs:
     inputs on the same device), the tree and the page table on the CPU. A paged case scatters
     each element's rows over a pool a quarter larger than the rows used, in random order, and
     points the unused slots of the index table at random rows of the pool."""
+    import torch
+
     if case.magnitude not in MAGNITUDES:
         raise ValueError(f"magnitude must be one of {MAGNITUDES}, got {case.magnitude!r}")
     gen = torch.Generator().manual_seed(seed)
@@ -139,6 +144,8 @@ def grid_case(heads: int, q_len: int, prefix_len: int, batch: int = 1, tree: str
 def serving_prefixes(batch: int, shortest: int = 1024, longest: int = 65536) -> tuple[int, ...]:
     """Ragged prefixes as a serving batch has them: spread geometrically from shortest to
     longest, in a fixed shuffled order (not sorted, so no kernel gets a tidy batch)."""
+    import torch
+
     if batch == 1:
         return (longest,)
     spread = [round(shortest * (longest / shortest) ** (k / (batch - 1))) for k in range(batch)]
@@ -191,6 +198,8 @@ CASES = _named()
 
 def save_bundle(inputs: Inputs, path: str | Path) -> None:
     """Write a case's inputs to a file that ``load_bundle`` reads back."""
+    import torch
+
     data = dataclasses.asdict(inputs.to("cpu"))
     data = {k: v for k, v in data.items() if v is not None}
     data["scale"] = torch.tensor(inputs.scale, dtype=torch.float64)
@@ -201,6 +210,8 @@ def save_bundle(inputs: Inputs, path: str | Path) -> None:
 def load_bundle(path: str | Path) -> Inputs:
     """Read a bundle. Only tensors and plain values load (no code runs); a malformed file
     raises ValueError naming the file and what is wrong."""
+    import torch
+
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # unreadable, truncated, or holding objects other than tensors

@@ -52,6 +52,10 @@ class Serving:
 
 
 NONE = Selection((), (), ())
+# Pinned paths gated on every named case (Quick's gate, ab's) but not timed at Quick's points:
+# tc takes wgmma only where every element's keys fit in two tiles, which the full grid's
+# prefix-0 points time as tc itself; at Quick's long prefixes it would time a path tc never runs.
+GATED_ONLY = ("tc_wgmma",)
 # A kernel's pinned-path variants (tc_mma) are gated and timed in Quick, where the paired PR
 # check and the history watch them; the grids time each kernel's own path only.
 VARIANTS = tuple(n for n, i in registry.IMPLS.items() if i.variant_of)
@@ -74,7 +78,7 @@ SELECTIONS = {
         # and the keys are split the most, at the longest prefix; heads 16 also with a bigger
         # tree (q_len 33) at a mid prefix. On the H200 `asv run -b Quick` of one commit took
         # 36 s, the named-case gate 2 s and these 6 points 8 s of it (naive's 64K calls most).
-        "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test",
+        "quick": Selection((64,), (9,), (2048, 16384, 65536), "under_test", GATED_ONLY,
                            extra=((16, 9, 65536), (16, 33, 16384), (8, 9, 65536))),
         # Cold L2 matters where the cache rows fit in the 60 MiB L2: short prefixes.
         "cold": Selection((64,), (9,), (2048, 16384), exclude=(*VARIANTS, *CHAIN_ONLY)),
@@ -83,15 +87,32 @@ SELECTIONS = {
     },
     "cpu": {
         "full": Selection((8, 16), (9, 17), (0, 2048), exclude=(*VARIANTS, *CHAIN_ONLY)),
-        "quick": Selection((8,), (9,), (0, 2048), "under_test"),
+        "quick": Selection((8,), (9,), (0, 2048), "under_test", GATED_ONLY),
         "cold": NONE,
         "chain": Selection((8,), (9,), (2048,), exclude=("naive", *VARIANTS), tree="chain", pad_to=64),
         "serving": NO_SERVING,  # ragged prefixes up to 64K: seconds a call on 2 cores
     },
     # VERIFY_ATTN_GRID=tiny (the end-to-end tests): two points.
-    "tiny": {"full": Selection((8,), (9,), (0, 2048), "under_test"), "quick": Selection((8,), (9,), (0, 2048), "under_test"),
+    "tiny": {"full": Selection((8,), (9,), (0, 2048), "under_test"), "quick": Selection((8,), (9,), (0, 2048), "under_test", GATED_ONLY),
              "cold": NONE, "chain": NONE, "serving": NO_SERVING},
 }
+
+# The baseline is not run where a call computes more scores than this (heads x q_len x keys):
+# naive takes 0.2-0.9 s a call at the five full-grid points past it (heads 16 q_len 65 and
+# heads 64 q_len 17-65 at prefix 65,536, heads 64 q_len 65 at 16,384; effa37c), about 40 s of
+# a 400 s full-suite run for ten calls each with its anchor twin; the other 43 points keep
+# the speedups over it.
+BASELINE_MAX_SCORES = 60_000_000
+
+
+def not_run(impl: str, heads: int, q_len: int, prefix_len: int) -> str:
+    """Why the grid leaves an implementation out at one point, or ""."""
+    scores = heads * q_len * (prefix_len + q_len)
+    if registry.get(impl).baseline and scores > BASELINE_MAX_SCORES:
+        return (f"{impl} is not run above {BASELINE_MAX_SCORES:,} scores a call (heads x q_len x keys: "
+                f"{scores:,} here; verify_attn.grid.BASELINE_MAX_SCORES)")
+    return ""
+
 
 # The asv classes' parameter values: every value any device's selection uses (asv runs every
 # combination of a class's values as a process of its own, so none that no point has).

@@ -34,13 +34,10 @@ recorded in ``metrics``; a quantity with none has no series, said in one line, a
 ncu refuses all the same (the profile is then taken again without it) or leaves out of its
 report.
 
-Cost, estimated for the H200: 6 points x 3 kernels x 1-2 launches = at most 36 profiled
-launches; about 26 metrics (10 stall ratios among them) take about 10 replay passes a
-launch; a pass is the kernel (0.02-6 ms) after ncu restores its outputs and flushes the
-caches, plus ncu's own 10-20 ms: 36 x 10 x ~25 ms = ~9 s, and ~10 s to start (python and
-torch, CUDA under ncu, the extension, inputs and their float64 checks): ~20 s, under the 30 s
-budget, so every Quick point is profiled. The result records the measured ``seconds`` and
-ncu's ``passes`` per launch to check this against.
+Cost, measured on the H200 (ncu 2025.3.1, effa37c's suite, 2026-12-02): 6 points x 4
+kernels, 24 calls profiled in 20-23 s, 5 replay passes a launch, the whole set-up of Profile
+42 s; so every Quick point is profiled. The result records the measured ``seconds`` and
+ncu's ``passes`` per launch.
 """
 
 from __future__ import annotations
@@ -53,7 +50,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import ncu, registry
+from . import grid, ncu, registry
 
 RANGE = "verify_attn.profile"  # the NVTX range ncu's filter takes: only the profiled calls
 LABEL = re.compile(r"va-profile:(\d+):(\d+):(\d+):([\w.-]+)")
@@ -108,10 +105,10 @@ def choose(known: set[str] | None) -> tuple[dict[str, str], list[str]]:
 
 
 def impls() -> tuple[str, ...]:
-    """The implementations profiled, in asv's display order: under test, CUDA kernels, not
-    the baseline."""
+    """The implementations profiled, in asv's display order: those Quick times (under test,
+    not gated only: verify_attn.grid.GATED_ONLY) with CUDA kernels, not the baseline."""
     return tuple(n for n in registry.display_order("cuda") if registry.get(n).under_test
-                 and registry.get(n).cuda_sources and not registry.get(n).baseline)
+                 and registry.get(n).cuda_sources and not registry.get(n).baseline and n not in grid.GATED_ONLY)
 
 
 def label(heads: int, q_len: int, prefix: int, impl: str) -> str:

@@ -99,15 +99,15 @@ _ENTRIES = [
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
     Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
          "on compute capability 9.0 warp-specialized wgmma (a copy warpgroup, two MMA warpgroups on "
-         "alternate tiles), mma.sync elsewhere",
+         "alternate tiles; wgmma where every element's keys fit in two tiles), mma.sync elsewhere",
          cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
          paths=TC_PATHS, path=0, variant_of="tc"),
-    # Pinned sm_90a paths the plan does not take (slower on the H200: kernels/tc.cu): tc_wgmma
-    # is timed beside tc in Quick (the record of what the warp-specialized path won), tc_wgmma_t
-    # is checked (`check --impl all`, the parity tests) but not timed.
-    Impl("tc_wgmma", "tc pinned to its single-warpgroup-role wgmma path, 64 query rows on M",
+    # tc's sm_90a paths pinned (kernels/tc.cu says where the plan takes which): tc_wgmma is
+    # gated on every named case, not timed at Quick's long prefixes (verify_attn.grid.GATED_ONLY);
+    # tc_wgmma_t (never planned: slower) is checked (`check --impl all`, the parity tests).
+    Impl("tc_wgmma", "tc pinned to its wgmma path, both warpgroups in one phase, 64 query rows on M",
          cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:purple", paths=TC_PATHS, path=1, variant_of="tc"),
     Impl("tc_wgmma_t", "tc pinned to its transposed wgmma path, keys on M and query rows on N "

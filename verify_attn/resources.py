@@ -19,7 +19,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from . import build, registry
+from . import registry
+
+# build (which imports torch) is imported where used: the resource benchmark's module is
+# imported by asv's fork server, which must not hold torch (verify_attn/gpu.py says why).
 
 ARCHS = ("sm_90", "sm_120")
 # What the build compiles for each (verify_attn.build.target): sm_90 parts get sm_90a code.
@@ -40,6 +43,11 @@ def nvcc() -> str:
     if Path(home, "bin", "nvcc").exists():
         return str(Path(home, "bin", "nvcc"))
     raise RuntimeError("nvcc not found: put CUDA's bin on PATH or set CUDA_HOME")
+
+
+def ptxas() -> str:
+    """The ptxas beside nvcc."""
+    return str(Path(nvcc()).with_name("ptxas"))
 
 
 def _short(mangled: str) -> str:
@@ -77,8 +85,9 @@ def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
     threads = {}
     for m in re.finditer(r"\.entry\s+(\S+?)\s*\(.*?\)\s*(\.maxntid\s+(\d+))?", ptx, re.S):
         threads[m.group(1)] = int(m.group(3)) if m.group(3) else None
-    rep = subprocess.run([nvcc(), *flags, "-Xptxas", "-v", "-c", "-o", os.devnull, str(path)],
-                         check=True, capture_output=True, text=True).stderr
+    # ptxas on that PTX: the report `nvcc -c -Xptxas -v` prints, without a second front end.
+    rep = subprocess.run([ptxas(), f"-arch={BUILT_AS.get(arch, arch)}", "-v", "-o", os.devnull, "-"],
+                         input=ptx, check=True, capture_output=True, text=True).stderr
     kernels, current = {}, None
     for line in rep.splitlines():
         m = re.search(r"Compiling entry function '(\S+)'|Function properties for (\S+)", line)
@@ -104,26 +113,41 @@ def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
     return out
 
 
-def report() -> dict:
-    """{arch: {file: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads,
-    blocks_per_sm, occupancy}}}} for every CUDA source of the build."""
+def cache_path() -> Path:
+    """Where report() keeps its result: keyed by the CUDA flags and every kernel file's content."""
+    from . import build
+
     spec = build.spec(cuda=True)
     src = build.kernels_dir()
     files = [src / n for n in spec.kernel_sources] + [src / n for n in build.headers(src)]
     key = hashlib.sha256(json.dumps(spec.cuda_flags).encode() +
                          b"".join(str(f.relative_to(src)).encode() + f.read_bytes() for f in files)).hexdigest()[:20]
-    cached = build.cache_dir() / "resources" / f"{key}.json"
+    return build.cache_dir() / "resources" / f"{key}.json"
+
+
+def report() -> dict:
+    """{arch: {file: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads,
+    blocks_per_sm, occupancy}}}} for every CUDA source of the build. One process compiles at
+    a time (the lock beside the cached file): the suite starts this beside its builds
+    (verify_attn.prebuild), and the resource benchmark then waits for it instead of compiling again."""
+    from . import build
+
+    cached = cache_path()
     if cached.exists():
         return json.loads(cached.read_text())
-    # One nvcc per (architecture, source), all at once: tc's two architectures set the time.
-    jobs = [(arch, name) for arch in ARCHS for name in spec.kernel_sources]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
-        done = dict(zip(jobs, pool.map(lambda job: _compile(src / job[1], job[0], spec.cuda_flags), jobs)))
-    result = {arch: {name: done[arch, name] for name in spec.kernel_sources} for arch in ARCHS}
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, cached)
+    with build._locked(cached.with_suffix("")):
+        if cached.exists():
+            return json.loads(cached.read_text())
+        spec = build.spec(cuda=True)
+        src = build.kernels_dir()
+        # One nvcc per (architecture, source), all at once: tc's two architectures set the time.
+        jobs = [(arch, name) for arch in ARCHS for name in spec.kernel_sources]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
+            done = dict(zip(jobs, pool.map(lambda job: _compile(src / job[1], job[0], spec.cuda_flags), jobs)))
+        result = {arch: {name: done[arch, name] for name in spec.kernel_sources} for arch in ARCHS}
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        os.replace(tmp, cached)
     return result
 
 

@@ -14,20 +14,11 @@ import os
 import sys
 import time
 
-import torch
-
 from . import anchor, build, candidate, cases, grid, parity, prebuild, registry
+from .gpu import device  # decided without torch: the benchmark modules ask at import (verify_attn.gpu)
 from .machine import peaks
 from .measure import measure_case
 from .timer import Timer
-
-
-def device() -> str:
-    """The machine's default device, unless VERIFY_ATTN_DEVICE says otherwise. Asked through
-    NVML (torch.cuda.device_count), which leaves CUDA uninitialised: the asv classes ask when
-    imported, in the process that forks every benchmark, and a fork of a process that has
-    initialised CUDA cannot use it."""
-    return os.environ.get("VERIFY_ATTN_DEVICE") or ("cuda" if torch.cuda.device_count() else "cpu")
 
 
 def selection(variant: str = "full"):
@@ -64,6 +55,12 @@ def timer(cold: bool = False, sample_s: float = 2e-3) -> Timer:
     if device() == "cuda":
         return Timer("cuda", samples=15, min_sample_s=sample_s, cold=cold, slow_call_s=0.02, slow_samples=7)
     return Timer("cpu", samples=7, min_sample_s=0.02, warmup_s=0.0)
+
+
+def gated() -> list[str]:
+    """What the named-case gate checks before Quick's timings (and ab's): every kernel under
+    test, the pinned paths Quick does not time (verify_attn.grid.GATED_ONLY) included."""
+    return list(registry.under_test())
 
 
 def needs(variant: str) -> tuple[str, ...]:
@@ -104,8 +101,13 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
         case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
-        for impl, r in measure_case(case, impls(variant), tm, timed=timed, anchor_ns=anchored() if timed else None).items():
+        left_out = {i: grid.not_run(i, h, q_len, prefix) for i in impls(variant)}
+        run = [i for i, why in left_out.items() if not why]
+        for impl, r in measure_case(case, run, tm, timed=timed, anchor_ns=anchored() if timed else None).items():
             out["results"][(h, q_len, prefix, impl)] = _entry(r, peak)
+        for impl, why in left_out.items():
+            if why:
+                out["results"][(h, q_len, prefix, impl)] = {"skipped": why}
         progress(f"[verify_attn] {variant} heads={h} case {n}/{len(points)} q_len={q_len} "
                  f"prefix_len={prefix} ({time.perf_counter() - t0:.0f} s)")
     return out
@@ -113,14 +115,14 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
 
 def measure_quick() -> dict:
     """The pull-request subset: every named case of this device (verify_attn.parity) for the
-    Quick implementations first, under "named" keyed (case, impl); then the selection's
+    gated implementations first, under "named" keyed (case, impl); then the selection's
     points, which are checked but not timed if any named case failed ("untimed" says why),
     so the subset's timings fail however fast the break made them."""
     dev = device()
     prebuild.start(needs("quick"))
     t0 = time.perf_counter()
     checked, seen = [], None
-    for case, o in parity.gate(dev, candidate.of(impls("quick"))):
+    for case, o in parity.gate(dev, candidate.of(gated())):
         if case.name != seen:
             seen = case.name
             progress(f"[verify_attn] quick: named case {case.name} ({time.perf_counter() - t0:.0f} s)")

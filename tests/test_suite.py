@@ -1,0 +1,80 @@
+"""What the suite's measurement leaves out, and says so (verify_attn.suite, verify_attn.grid)."""
+
+
+def test_the_baseline_is_left_out_past_its_score_limit_with_the_reason(monkeypatch):
+    from verify_attn import grid, suite
+
+    # The five full-grid points past the limit on the GPU (0.2-0.9 s a naive call at effa37c).
+    cuda_full = grid.SELECTIONS["cuda"]["full"].points()
+    over = sorted(pt for pt in cuda_full if grid.not_run("naive", *pt))
+    assert over == [(16, 65, 65536), (64, 17, 65536), (64, 33, 65536), (64, 65, 16384), (64, 65, 65536)]
+    assert not any(grid.not_run(i, 64, 65, 65536) for i in ("tc", "flash", "torch"))
+    assert not any(grid.not_run("naive", *pt) for pt in grid.SELECTIONS["cuda"]["quick"].points())
+
+    monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")
+    monkeypatch.setattr(grid, "BASELINE_MAX_SCORES", 1000)  # 8 x 9 x 9 = 648 at prefix 0; 148,104 at 2,048
+    out = suite.measure_grid(None, "full", timed=False)
+    short, long = out["results"][(8, 9, 0, "naive")], out["results"][(8, 9, 2048, "naive")]
+    assert short["skipped"] == "" and short["ok"]
+    assert set(long) == {"skipped"} and "148,104" in long["skipped"] and "BASELINE_MAX_SCORES" in long["skipped"]
+    assert out["results"][(8, 9, 2048, "flash")]["ok"]  # the others still run there
+
+
+def _fresh(code: str, env=None) -> str:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(root), **(env or {})})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
+    """asv forks every benchmark run from a server that imported the benchmark modules: they
+    must not import torch (a fork then costs 12-14 ms, not 1), and a run's setup and track_
+    methods read the plain data setup_cache returned without importing it either."""
+    import pickle
+
+    from verify_attn import suite
+
+    env = {"VERIFY_ATTN_GRID": "tiny", "VERIFY_ATTN_DEVICE": "cpu", "VERIFY_ATTN_ANCHOR": "off"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cache = tmp_path / "cache.pickle"
+    cache.write_bytes(pickle.dumps(suite.measure_quick()))
+    out = _fresh(f"""
+import pickle, sys
+import benchmarks.bench_machine, benchmarks.bench_profile, benchmarks.bench_resources
+from benchmarks.bench_verify_attn import Quick, QuickCases
+print(sorted(m for m in ("torch", "numpy") if m in sys.modules))
+cache = pickle.loads(open({str(cache)!r}, "rb").read())
+bench = Quick()
+bench.setup(cache, 8, 9, 2048, "flash")
+print(bench.track_error(cache, 8, 9, 2048, "flash") > 0, bench.track_time(cache, 8, 9, 2048, "flash")["number"] >= 1)
+gate = QuickCases()
+gate.setup(cache, "seed_2x8x9x9", "flash")
+print(gate.track_error(cache, "seed_2x8x9x9", "flash") >= 0)
+print(sorted(m for m in ("torch", "numpy") if m in sys.modules))
+""", env)
+    assert out.split() == ["[]", "True", "True", "True", "[]"], out
+
+
+def test_the_device_is_decided_without_torch():
+    from verify_attn import gpu
+
+    assert gpu._visible(4, "") == 0 and gpu._visible(4, "0,1") == 2 and gpu._visible(4, "2,-1,3") == 1
+    assert gpu._visible(2, "0,5,1") == 1 and gpu._visible(4, "GPU-1234") is None
+    out = _fresh("import sys\nfrom verify_attn import gpu\nprint(gpu.device(), gpu.torch_cuda(), 'torch' in sys.modules)",
+                 {"VERIFY_ATTN_DEVICE": ""})
+    import torch
+
+    expected = "cuda" if torch.cuda.device_count() else "cpu"
+    device, built_with_cuda, imported = out.split()
+    assert device == expected and built_with_cuda == str(torch.version.cuda is not None)
+    assert imported == "False" or built_with_cuda == "True"  # a CUDA torch may be asked (no NVML)
