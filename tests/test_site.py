@@ -300,3 +300,15 @@ def test_the_regressions_feed_carries_no_markup_from_data(crafted_site):
         for field in entry:
             if field.get("type") == "html":
                 assert "<img" not in (field.text or "") and "onerror=" not in (field.text or ""), field.text
+
+
+def test_the_machine_line_counts_the_timers_clocks_not_the_profilers():
+    """The landing's "SM clock while timing" reads bench_verify_attn's track_sm_clock; the
+    profiler's series is ncu's locked replay clock (1.36-1.50 GHz on the H200) and stays out."""
+    from verify_attn_tools import landing
+
+    res = {"bench_verify_attn.Quick.track_sm_clock": ("1", {(64, 9, 2048, "tc"): (1980.0, None, None),
+                                                            (8, 9, 65536, "tc"): (1965.0, None, None)}),
+           "bench_profile.Profile.track_sm_clock": ("1", {(64, 9, 2048, "tc"): (1361.0, None, None)})}
+    line = landing.machine_details(res)["SM clock while timing"]
+    assert line == "median 1980 MHz over 2 points (1965-1980, track_sm_clock)", line

@@ -108,7 +108,8 @@ def machine_details(res: dict) -> dict[str, str]:
     (track_sm_clock). The landing page's machine line and the machine's tooltip on asv's graph
     pages."""
     recorded = machine_values(res)
-    clocks = [v for k, (_, pts) in res.items() if k.endswith(".track_sm_clock")
+    # The timer's clocks only: the profiler's series (bench_profile) is ncu's locked replay clock.
+    clocks = [v for k, (_, pts) in res.items() if k.endswith(".track_sm_clock") and k.startswith(f"{report.BENCH}.")
               for (v, _, _) in pts.values() if not report.isna(v)]
     out = {}
     tf = recorded.get(f"{MACHINE_SUITE}.Machine.track_peak_tflops")
