@@ -11,10 +11,19 @@
 //      completed on an mbarrier (cp.async.mbarrier.arrive.noinc) that both other warpgroups
 //      wait on (mbarrier.try_wait.parity), as tc_attn_ws's stages are
 //
+//   7: tc_attn_ws's ping-pong over rounds, 256 threads: WG0 writes a, bar.arrive(1); WG1
+//      bar.sync(1), reads a, writes b, bar.arrive(2); WG0 bar.sync(2), reads b; the next
+//      round's writes come after the other warpgroup's arrive, so each read is ordered before
+//      the next write (write after read) only by the reader's bar.arrive: what racecheck
+//      reported on tc_attn_ws (its m and sc of tile b, tc_wgmma_ws.h:507 read, :547 write)
+//   8: as 7 with 384 threads, the third warpgroup alive (it waits on an mbarrier the others
+//      arrive at when done)
+//   9: as 1 with the third warpgroup alive the same way (tc_attn_ws's row sums, :590 / :597)
+//
 //   nvcc -O2 -lineinfo -arch=sm_90a -o handoff docs/racecheck_handoff.cu
 //   compute-sanitizer --tool racecheck ./handoff
-// H200, compute-sanitizer 2025.3.1, 2026-12-02: every mode ok, "0 hazards displayed (0 errors,
-// 0 warnings)".
+// H200, compute-sanitizer 2025.3.1, 2026-12-02, modes 0-6: every mode ok, "0 hazards
+// displayed (0 errors, 0 warnings)". Modes 7-9: not run yet.
 #include <cstdint>
 #include <cstdio>
 __device__ bool try_wait(uint32_t bar, uint32_t parity) {
@@ -28,6 +37,46 @@ __global__ void handoff(int mode, float* out, int id1, int id3, int n, const flo
   __shared__ __align__(16) float staged[512];
   __shared__ __align__(8) unsigned long long full;
   const int t = threadIdx.x, w = t / 128;
+  if (mode >= 7) {
+    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
+    if (t == 0) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 256;\n" ::"r"(bar) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if (w == 2) {  // alive until both others are done
+      while (!try_wait(bar, 0)) {
+      }
+      return;
+    }
+    float acc = 0.f;
+    if (mode == 9) {
+      s[t] = t * 2.5f;
+      asm volatile("bar.sync 3, 256;\n" ::: "memory");
+      acc = s[t ^ 128];
+    } else {
+      for (int k = 0; k < 8; ++k) {
+        if (w == 0) {
+          if (k > 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");  // b of round k - 1 posted
+          if (k > 0) acc += staged[t];                                  // read b of round k - 1
+          s[t] = t * 1.5f + k;                                          // write a of round k
+          asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+        } else {
+          asm volatile("bar.sync 1, 256;\n" ::: "memory");             // a of round k posted
+          acc += s[t - 128];                                            // read a of round k
+          staged[t - 128] = (t - 128) * 0.5f + k;                       // write b of round k
+          asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+        }
+      }
+      if (w == 0) {
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+        acc += staged[t];
+      }
+    }
+    out[t] = acc;
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+    return;
+  }
   if (mode >= 5) {
     const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
     if (t == 0) {
@@ -92,14 +141,19 @@ int main() {
   cudaMalloc(&out, 256 * sizeof(float));
   cudaMalloc(&src, 512 * sizeof(float));
   cudaMemset(src, 0, 512 * sizeof(float));  // staged values 0: the wanted outputs below stand
-  const int threads[7] = {256, 384, 256, 256, 384, 384, 384};
-  for (int mode = 0; mode < 7; ++mode) {
+  const int threads[10] = {256, 384, 256, 256, 384, 384, 384, 256, 384, 384};
+  for (int mode = 0; mode < 10; ++mode) {
     handoff<<<1, threads[mode]>>>(mode, out, 1, 3, 256, src);
     float h[256];
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
     const bool arrive = mode == 0 || mode == 3 || mode == 5;
-    const int tt = arrive ? 200 : 10;
-    const float want = arrive ? (tt - 128) * 1.5f : (tt ^ 128) * 2.5f;
+    const bool rounds = mode == 7 || mode == 8;
+    const int tt = arrive || rounds ? 200 : 10;
+    float want = arrive ? (tt - 128) * 1.5f : (tt ^ 128) * 2.5f;
+    if (rounds) {  // WG1's thread tt read a of rounds 0..7: sum of (tt - 128) * 1.5 + k
+      want = 0.f;
+      for (int k = 0; k < 8; ++k) want += (tt - 128) * 1.5f + k;
+    }
     printf("mode %d (%d threads): out[%d] = %g, want %g: %s\n", mode, threads[mode], tt, h[tt], want,
            h[tt] == want ? "ok" : "WRONG");
     cudaDeviceSynchronize();
