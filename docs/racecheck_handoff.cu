@@ -32,18 +32,23 @@ __device__ bool try_wait(uint32_t bar, uint32_t parity) {
                : "=r"(done) : "r"(bar), "r"(parity) : "memory");
   return done != 0;
 }
+// The block's mbarrier for count arrivals, initialised by thread 0 and seen by every thread.
+__device__ uint32_t init_full(unsigned long long* full, uint32_t count) {
+  const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(full));
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  return bar;
+}
 __global__ void handoff(int mode, float* out, int id1, int id3, int n, const float* src) {
   __shared__ float s[256];
   __shared__ __align__(16) float staged[512];
   __shared__ __align__(8) unsigned long long full;
   const int t = threadIdx.x, w = t / 128;
   if (mode >= 7) {
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
-    if (t == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 256;\n" ::"r"(bar) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    const uint32_t bar = init_full(&full, 256);
     if (w == 2) {  // alive until both others are done
       while (!try_wait(bar, 0)) {
       }
@@ -78,12 +83,7 @@ __global__ void handoff(int mode, float* out, int id1, int id3, int n, const flo
     return;
   }
   if (mode >= 5) {
-    const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&full));
-    if (t == 0) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], 128;\n" ::"r"(bar) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    const uint32_t bar = init_full(&full, 128);
     if (w == 2) {
       const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&staged[4 * (t - 256)]));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src + 4 * (t - 256)) : "memory");
