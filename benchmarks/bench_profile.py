@@ -10,11 +10,13 @@ n/a (NaN) and is named in one line.
 
 import math
 
-from verify_attn import grid, profile
+from verify_attn import gpu, grid, profile
 
-# Quick's parameters as the GPU's selection takes them (asv runs every combination as a job of
-# its own; the CPU's values would only add jobs that record nothing).
-POINTS = grid.SELECTIONS["cuda"]["quick"].points()
+# On a GPU, Quick's points as its selection takes them. Without one nothing is profiled and
+# every combination is n/a, yet asv runs each as a job of its own (1,080 with the GPU's, 28.8 s
+# of a 2-core CPU box's full run): there the CPU's two Quick points, 120 jobs. Only GPU
+# machines record into results/, so the shared benchmarks.json keeps the GPU's parameters.
+POINTS = grid.SELECTIONS["cuda" if gpu.device() == "cuda" else "cpu"]["quick"].points()
 
 
 class Profile:

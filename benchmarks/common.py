@@ -17,7 +17,7 @@ skipped benchmark: raising from a track_ method would mark it failed.
 
 Nothing imported here at module level imports torch: asv forks each of its ~7,500 runs of a
 full suite from a server process that imported these modules, and with torch in it a fork
-costs 12-14 ms (verify_attn/gpu.py). Each setup_cache imports verify_attn.suite (and torch)
+costs 8.8 ms instead of 1.2 on the H200's host (verify_attn/gpu.py). Each setup_cache imports verify_attn.suite (and torch)
 itself, once; setup and the track_ methods read the plain data it returned.
 """
 

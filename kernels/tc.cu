@@ -1,10 +1,10 @@
-// tc's host side: the plan (path, tile, splits, shared memory) and the launch.
-// The kernel and its design: tc.h.
+// tc's host side: the plan (path, tile, splits, shared memory), the launch of the path's
+// launcher (one .cu a path: tc_host.h) and the merge of the splits. The kernel and its design: tc.h.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
 
-#include "tc.h"
+#include "tc_host.h"
 #include "tc_merge.h"
 #include "tc_mma.h"
 #include "tc_wgmma.h"
@@ -13,27 +13,6 @@
 
 namespace verify_attn {
 namespace {
-
-// Host side.
-
-int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
-
-struct Layout {  // the plan's derived values, recomputed identically by plan and launch
-  int R, groups, group_rows, slots;
-  int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
-};
-
-Layout layout_of(const Params& p, const Plan& plan) {
-  Layout l;
-  l.R = p.heads * p.q_len;
-  l.groups = (l.R + kRows - 1) / kRows;
-  l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
-  l.slots = plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
-  l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
-  l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
-  l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
-  return l;
-}
 
 // tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
 // wgmma, wgmma_t (the transposed MMAs for few rows) and wgmma_ws (warp-specialized: a
@@ -54,7 +33,8 @@ constexpr int kPathWgmmaWs = 3;
 // (kv_cols bounds every prefix + q_len: the tree alone, the shortest prefixes) wgmma_ws's
 // set-up (384 threads, four mbarriers, the register handover) is not paid back: at prefix 0
 // the recorded suite of effa37c read tc 3.2-5.5% slower than at 785a436 (wgmma), x anchor,
-// at six of the grid's twelve (heads, q_len) points, so the plan keeps wgmma there. wgmma_t stays, taken only when pinned.
+// at six of the grid's twelve (heads, q_len) points, so the plan keeps wgmma there; ffa97079's
+// suite read them 3.7-6.1% faster again. wgmma_t stays, taken only when pinned.
 
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
@@ -62,38 +42,6 @@ bool has_wgmma(int dev) {
       cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
     return false;
   return major == 9 && minor == 0;
-}
-
-// off_parent: where the kernel's staged parents start (the rest of plan.smem_bytes holds them).
-template <void (*Kernel)(Params, TcArgs)>
-int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
-  // Opt in to the dynamic shared memory once per device (legal during graph capture).
-  static int set_bytes[64] = {};
-  int dev = 0;
-  cudaError_t err = cudaGetDevice(&dev);
-  if (err != cudaSuccess) return int(err);
-  if (dev < 0 || dev >= 64 || set_bytes[dev] < plan.smem_bytes) {
-    err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
-    if (err != cudaSuccess) return int(err);
-    if (dev >= 0 && dev < 64) set_bytes[dev] = plan.smem_bytes;
-  }
-  const Layout l = layout_of(p, plan);
-  TcArgs a;
-  a.R = l.R;
-  a.group_rows = l.group_rows;
-  a.slots = l.slots;
-  a.parent_cap = (plan.smem_bytes - off_parent) / 4;
-  char* ws = static_cast<char*>(workspace);
-  a.ws_o = l.slots ? reinterpret_cast<float*>(ws) : nullptr;
-  a.ws_lse = l.slots ? reinterpret_cast<float*>(ws + l.ws_o_bytes) : nullptr;
-  a.meta = l.slots ? reinterpret_cast<int2*>(ws + l.ws_o_bytes + l.ws_lse_bytes) : nullptr;
-  const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
-  Kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(p, a);
-  if (l.slots) {
-    const dim3 mgrid((l.R + kMergeWarps - 1) / kMergeWarps, p.batch);
-    tc_merge<<<mgrid, kMergeWarps * 32, 0, stream>>>(p, a);
-  }
-  return int(cudaGetLastError());
 }
 
 }  // namespace
@@ -158,23 +106,15 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
 int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
   if (p.batch <= 0 || p.heads <= 0 || p.q_len <= 0) return int(cudaSuccess);
   if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
-  if (plan.path == kPathWgmma) return launch_kernel<tc_attn_wg>(wg::kBaseBytes, p, plan, workspace, stream);
-  if (plan.path == kPathWgmmaWs) return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream);
-  if (plan.path == kPathWgmmaT) {
-    switch (plan.rows_per_block) {  // the group's rows, 2 x a warpgroup's
-      case 16: return launch_kernel<tc_attn_wgt<8>>(wgt::kBaseBytes, p, plan, workspace, stream);
-      case 32: return launch_kernel<tc_attn_wgt<16>>(wgt::kBaseBytes, p, plan, workspace, stream);
-      case 48: return launch_kernel<tc_attn_wgt<24>>(wgt::kBaseBytes, p, plan, workspace, stream);
-      case 64: return launch_kernel<tc_attn_wgt<32>>(wgt::kBaseBytes, p, plan, workspace, stream);
-      default: return int(cudaErrorInvalidConfiguration);
-    }
-  }
-  switch (plan.keys_per_tile) {
-    case CfgLarge::N: return launch_kernel<tc_attn<CfgLarge>>(CfgLarge::kOffParent, p, plan, workspace, stream);
-    case CfgMid::N: return launch_kernel<tc_attn<CfgMid>>(CfgMid::kOffParent, p, plan, workspace, stream);
-    case CfgSmall::N: return launch_kernel<tc_attn<CfgSmall>>(CfgSmall::kOffParent, p, plan, workspace, stream);
-    default: return int(cudaErrorInvalidConfiguration);
-  }
+  int err = plan.path == kPathWgmma     ? tc_launch_wgmma(p, plan, workspace, stream)
+            : plan.path == kPathWgmmaWs ? tc_launch_wgmma_ws(p, plan, workspace, stream)
+            : plan.path == kPathWgmmaT  ? tc_launch_wgmma_t(p, plan, workspace, stream)
+                                        : tc_launch_mma(p, plan, workspace, stream);
+  const Layout l = layout_of(p, plan);
+  if (err != int(cudaSuccess) || !l.slots) return err;
+  const dim3 mgrid((l.R + kMergeWarps - 1) / kMergeWarps, p.batch);
+  tc_merge<<<mgrid, kMergeWarps * 32, 0, stream>>>(p, tc_args(p, plan, workspace, 0));
+  return int(cudaGetLastError());
 }
 
 }  // namespace verify_attn

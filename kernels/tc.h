@@ -1,16 +1,20 @@
 // The tc kernel: the verify attention on tensor cores (bf16 operands, fp32 accumulation).
 // This header holds what every path shares: the block's work (rows, splits, the gather's
-// cache rows), the tree walk, the row epilogue; the files of the library:
-//   tc_mma.h      the mma.sync mainloop (sm_80 and later): tc_attn<Config>
-//   tc_wgmma.h    the warpgroup-MMA mainloop (sm_90a): tc_attn_wg; and what both sm_90a
-//                 kernels share: the swizzled planes, descriptors, wgmma wrappers, wg::Tiles
-//                 (the gather, tree mask and non-finite clean-up of a block's tiles)
-//   tc_wgmma_t.h  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
-//   tc_wgmma_ws.h the same block warp-specialized (sm_90a): tc_attn_ws, a cp.async
-//                 producer warpgroup (mbarriers) and two consumer warpgroups on alternate
-//                 tiles, so one's softmax overlaps the other's MMAs
-//   tc_merge.h    the log-sum-exp merge of split partials, one kernel for every path
-//   tc.cu         the plan (the path and tile chosen once, recorded in Plan::path) and launch
+// cache rows), the tree walk, the row epilogue; the files of the library (headers: a path's
+// layout and device pieces; .cu: its kernels and launcher, each compiled on its own):
+//   tc_mma.h, .cu      the mma.sync mainloop (sm_80 and later): tc_attn<Config>
+//   tc_wgmma.h, .cu    the warpgroup-MMA mainloop (sm_90a): tc_attn_wg; and what the sm_90a
+//                      kernels share: the swizzled planes, descriptors, wg::Tiles (the
+//                      gather, tree mask and non-finite clean-up of a block's tiles)
+//   tc_wgmma_mma.h     the wgmma instructions (Mma<n>, mma_rs256)
+//   tc_wgmma_t.h, .cu  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
+//   tc_wgmma_ws.h, .cu the same block warp-specialized (sm_90a): tc_attn_ws, a cp.async
+//                      producer warpgroup (mbarriers) and two consumer warpgroups on
+//                      alternate tiles, so one's softmax overlaps the other's MMAs
+//   tc_merge.h         the log-sum-exp merge of split partials, one kernel for every path
+//   tc_host.h          the host pieces the .cu files share, the paths' launchers
+//   tc.cu              the plan (the path and tile chosen once, recorded in Plan::path), the
+//                      launch through the path's launcher, the merge
 //
 // Four paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
 // every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs

@@ -1,5 +1,5 @@
 // tc's warp-specialized sm_90a path: a cp.async producer warpgroup and two consumer
-// warpgroups that take alternate tiles (ping-pong), compiled to a trap elsewhere.
+// warpgroups that take alternate tiles (ping-pong) (the kernel: tc_wgmma_ws.cu).
 // What tc runs on compute capability 9.0 (path 3) but where every element's keys fit in two
 // tiles (kernels/tc.cu says why, with the H200's measurements).
 #pragma once
@@ -127,6 +127,7 @@ using wg::desc;
 using wg::fence;
 using wg::fence_smem;
 using wg::Mma;
+using wg::mma_rs256;
 using wg::pin;
 using wg::wait_all;
 // mbarrier and named-barrier PTX (PTX ISA: mbarrier, cp.async.mbarrier.arrive, bar/barrier,
@@ -187,37 +188,6 @@ __device__ __forceinline__ void bar_sync() {
 // cp.async.wait_all: commits this thread's pending cp.async and waits for all of them.
 __device__ __forceinline__ void cp_async_wait_every() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void wait_one() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
-
-// O[64 x 256] (+)= A[64 x 16] V[16 x 256], A from registers (the m16n8k16 A fragment of
-// each warp's 16 rows: a[0] row g keys 2 t4.., a[1] row g + 8, a[2] row g keys 2 t4 + 8..,
-// a[3] row g + 8 keys 2 t4 + 8; CUTLASS cute/atom/mma_traits_sm90_gmma.hpp ALayout_64x16),
-// B through a descriptor; TB: B's transpose bit. CUTLASS cute/arch/mma_sm90_gmma.hpp
-// MMA_64x256x16_F32BF16BF16_RS has the same operand order.
-template <int TB>
-__device__ __forceinline__ void mma_rs256(float (&d)[128], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                          uint64_t db) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, {%128,%129,%130,%131}, %132, p, 1, 1, %134;\n"
-      "}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(db), "r"(1), "n"(TB));
-}
 
 // What a consumer knows of the block (the same for both warpgroups).
 struct Block {
@@ -339,272 +309,28 @@ __device__ __forceinline__ void rescale(float (&o)[128], const float (&sc)[2]) {
     for (int i = 0; i < 128; ++i) o[i] *= sc[(i >> 1) & 1];
   }
 }
-#endif
-}  // namespace ws
-
-__global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace ws;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t sraw = smem_u32(smem_raw);
-  const uint32_t sbase = (sraw + 1023) & ~1023u;
-  uint8_t* smem = smem_raw + (sbase - sraw);
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-
-  Work wk;
-  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
-  Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
-  bk.key_lo = wk.key_lo;
-  bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
-  const int P = element_prefix(p, wk.b);
-  bk.mask_from = min(P, wk.key_hi);
-  const int ntiles = bk.ntiles;
-  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
-  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
-  const uint32_t full0 = sbase + kOffFull, empty0 = sbase + kOffEmpty;  // stage s: + 8 s
-  const uint32_t sQ = sbase + kOffQ;
-  volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
-  auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
-  if (tid == 0) {
-    mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
-    mbar_init(full0 + 8, 128);
-    mbar_init(empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
-    mbar_init(empty0 + 8, kConsumerThreads);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    *abort = 0;
-  }
-  __syncthreads();  // the mbarriers initialised; the last block-wide barrier
-
-  if (warp >= 8) {
-    // ---- Producer warpgroup -------------------------------------------------------------
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegsProducer));
-    const int pt = tid - kConsumerThreads;  // 0..127
-    const int x = pt & 7, rg = pt >> 3;     // chunk x of each 128-byte plane row; rows rg + 16 i
-    const int ntok = (bk.R0 + bk.rows_valid - 1) / p.heads - bk.i_lo + 1;
-    const int32_t* parent_g = p.parent + int64_t(wk.b) * p.q_len;
-    int32_t* s_parent = reinterpret_cast<int32_t*>(smem + kOffParent);
-    for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
-    TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
-    // Row rg + 16 i of a 64-row plane set at dst: 9 x 16 bytes (its chunk x of each plane),
-    // from src (a valid address; 0 bytes read and zero filled when !ok).
-    auto load_rows = [&](uint32_t dst, const int64_t (&row)[4], const uint16_t* base) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = rg + 16 * i;
-        const bool ok = row[i] >= 0;
-        const uint16_t* src = base + (ok ? row[i] : 0) * kKeyDim + x * 8;
-        const uint32_t d = dst + r * 128 + (((x ^ r) & 7) << 4);
-#pragma unroll
-        for (int kc = 0; kc < 9; ++kc) cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
-      }
-    };
-    // The cache rows of tile j (-1: past the range), in int64.
-    auto rows_of = [&](int j, int64_t (&row)[4]) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int t = bk.tile_t0(j) + rg + 16 * i;
-        row[i] = t < wk.key_hi ? cache_row(p, wk.b, t) : int64_t(-1);
-      }
-    };
-    if (ntiles > 0) {
-      int64_t qrow[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = rg + 16 * i;
-        qrow[i] = r < bk.rows_valid ? int64_t(wk.b) * a.R + bk.R0 + r : int64_t(-1);
-      }
-      load_rows(sQ, qrow, p.q);  // completes before any tile's arrival (arrivals track every earlier cp.async)
-    }
-    bar_sync<kBarProd, 128>();  // the parents staged
-    int64_t row[4];
-    if (ntiles > 0) rows_of(0, row);
-    for (int j = 0; j < ntiles; ++j) {
-      const int s = j & 1;
-      if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1, abort);  // tile j - 2 released by both consumers
-      load_rows(stage(s), row, p.kv);
-      if (j + 1 < ntiles) rows_of(j + 1, row);  // the next tile's offsets while this one lands
-      if (bk.tile_masked(j)) {
-        // The tile at the tree rows: wait for it, zero its non-finite values and mark their
-        // keys, build its tokens' visibility words (wg::Tiles::clean and build_mask), then
-        // arrive (release: those writes are visible to the consumers that wait).
-        if (pt == 0) s_bad[s] = 0;
-        cp_async_wait_every();
-        bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
-        uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
-        for (int c = pt; c < N * kChunks; c += 128) {
-          uint4 v = rows[c];
-          const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-          if (bad) {
-            rows[c] = v;
-            atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
-          }
-        }
-        if (pt < ntok)
-          s_mask[s * kRows + pt] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
-        fence_smem();  // the zeroed values, for wgmma's reads
-        mbar_arrive(full0 + 8 * s);
-      } else {
-        mbar_arrive_cp_async(full0 + 8 * s);
-      }
-    }
-    cp_async_wait_every();  // no copy outlives its thread
-    return;
-  }
-
-  // ---- Consumer warpgroups ----------------------------------------------------------------
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegsConsumer));
-  const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
-  const int g = lane >> 2, t4 = lane & 3;
-  float* s_m = reinterpret_cast<float*>(smem + kOffM);
-  float* s_sc = reinterpret_cast<float*>(smem + kOffSc);
-  float* s_l = reinterpret_cast<float*>(smem + kOffL);
-  const float qk_scale = p.scale * kLog2e;
-  const uint64_t dq = desc(sQ, 16, 1024);
-  const uint32_t sP0 = stage(0) + 8 * kPlane, sP1 = stage(1) + 8 * kPlane;  // P over each stage's rope plane
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-  float o[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.f;
-
-  for (int k = 0; 2 * k < ntiles; ++k) {
-    const uint32_t par = k & 1;  // tiles 2k, 2k + 1 are use k of stages 0, 1
-    const bool has_b = 2 * k + 1 < ntiles;
-    float s[32], mn[2], sc[2], sum[2];
-    uint32_t pa[16];
-    if (w == 0) {
-      // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
-      mbar_wait(full0, par, abort);
-      fence_smem();
-      issue_qk(s, dq, stage(0));
-      wait_all();
-      pin(s);
-      if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
-      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, s_mask, s_bad, qk_scale, sP0, 0, wq, g, t4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        if (t4 == 0) s_m[r] = mn[h], s_sc[r] = sc[h];
-        l_run[h] = l_run[h] * sc[h] + sum[h];
-        m_run[h] = mn[h];
-      }
-      fence_smem();
-      bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
-      rescale(o, sc);
-      issue_pv_rs(o, pa, stage(0), 0);
-      wait_all();
-      pin(o);
-      mbar_arrive(empty0);  // done with stage 0
-      if (has_b) {
-        // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
-        bar_sync<kBarP1, kConsumerThreads>();
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = 16 * wq + g + 8 * h;
-          sc[h] = s_sc[kRows + r];
-          m_run[h] = s_m[kRows + r];
-          l_run[h] *= sc[h];
-        }
-        rescale(o, sc);
-        mbar_wait(full0 + 8, par, abort);
-        fence_smem();
-        issue_pv_ss(o, sP1, stage(1), 0);
-        wait_all();
-        pin(o);
-        mbar_arrive(empty0 + 8);  // done with stage 1
-      }
-    } else if (has_b) {
-      // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
-      // is done, so that the two do not share the tensor cores and delay WG0's softmax (the
-      // head of the chain).
-      bar_sync<kBarS0, kConsumerThreads>();
-      mbar_wait(full0 + 8, par, abort);
-      fence_smem();
-      issue_qk(s, dq, stage(1));
-      // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
-      bar_sync<kBarP0, kConsumerThreads>();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        sc[h] = s_sc[r];
-        m_run[h] = s_m[r];
-        l_run[h] *= sc[h];
-      }
-      rescale(o, sc);
-      mbar_wait(full0, par, abort);
-      fence_smem();
-      issue_pv_ss(o, sP0, stage(0), 1);
-      // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
-      wait_one();
-      pin(s);
-      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, s_mask + kRows, s_bad + 1, qk_scale, sP1, 1, wq, g, t4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
-      }
-      fence_smem();
-      bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
-      wait_all();
-      pin(o);
-      mbar_arrive(empty0);  // done with stage 0
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[h] = l_run[h] * sc[h] + sum[h];
-        m_run[h] = mn[h];
-      }
-      rescale(o, sc);
-      issue_pv_rs(o, pa, stage(1), 1);
-      wait_all();
-      pin(o);
-      mbar_arrive(empty0 + 8);  // done with stage 1
-    } else {
-      // The last tile of an odd count is WG0's: only its P_a applied to these columns.
-      bar_sync<kBarP0, kConsumerThreads>();
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        sc[h] = s_sc[r];
-        m_run[h] = s_m[r];
-        l_run[h] *= sc[h];
-      }
-      rescale(o, sc);
-      mbar_wait(full0, par, abort);
-      fence_smem();
-      issue_pv_ss(o, sP0, stage(0), 1);
-      wait_all();
-      pin(o);
-      mbar_arrive(empty0);  // done with stage 0
-    }
-  }
-
-  // Row sums over the quad and the two warpgroups (both hold the same final maximum).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t4 == 0) s_l[w * kRows + 16 * wq + g + 8 * h] = l;
-  }
-  bar_sync<kBarEnd, kConsumerThreads>();
+// The other warpgroup's tile into this warpgroup's O columns: its factor and maximum once
+// posted (named barrier Bar; s_m, s_sc: that warpgroup's rows), then O += P V from the rope
+// plane sP of its stage sK once the stage is full (issued, not waited).
+template <int Bar>
+__device__ __forceinline__ void issue_peer_pv(float (&o)[128], float (&m_run)[2], float (&l_run)[2], float (&sc)[2],
+                                              const float* s_m, const float* s_sc, uint32_t full, uint32_t par,
+                                              volatile uint32_t* abort, uint32_t sP, uint32_t sK, int w, int wq, int g) {
+  bar_sync<Bar, kConsumerThreads>();
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int r = 16 * wq + g + 8 * h;
-    if (r >= bk.rows_valid) continue;
-    RowEnd end = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
-    if (*abort) end.inv = end.lse2 = __int_as_float(0x7fffffff);  // a wait timed out: never a plausible result
-    OutRow dst(p, a, wk.slot, wk.b, bk.R0 + r, 256 * w + 2 * t4);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dst.put(8 * i, o[4 * i + 2 * h] * end.inv, o[4 * i + 2 * h + 1] * end.inv);
-    if (w == 0 && t4 == 0) dst.lse(end.lse2);
+    sc[h] = s_sc[r];
+    m_run[h] = s_m[r];
+    l_run[h] *= sc[h];
   }
-#else
-  __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
-#endif
+  rescale(o, sc);
+  mbar_wait(full, par, abort);
+  fence_smem();
+  issue_pv_ss(o, sP, sK, w);
 }
+#endif
+}  // namespace ws
 
 }  // namespace
 }  // namespace verify_attn

@@ -290,7 +290,10 @@ def test_the_benchmark_reads_a_profiled_call():
         bench.setup(result, 64, 9, 2048, "tc")
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
         bench.setup(result, 8, 9, 0, "flash")
-    assert Profile.params == [[8, 16, 64], [9, 33], [2048, 16384, 65536], list(profile.impls())]
+    from verify_attn import gpu
+
+    expected = [[8, 16, 64], [9, 33], [2048, 16384, 65536]] if gpu.device() == "cuda" else [[8], [9], [0, 2048]]
+    assert Profile.params == [*expected, list(profile.impls())]
     assert profile.impls()[:3] == ("tc", "flash", "tc_mma")
     assert Profile.param_names == ["heads", "q_len", "prefix_len", "impl"]  # Quick's: the landing page joins them
 

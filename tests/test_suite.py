@@ -37,7 +37,7 @@ def _fresh(code: str, env=None) -> str:
 
 def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
     """asv forks every benchmark run from a server that imported the benchmark modules: they
-    must not import torch (a fork then costs 12-14 ms, not 1), and a run's setup and track_
+    must not import torch (a fork then costs 8.8 ms, not 1.2, on the H200's host), and a run's setup and track_
     methods read the plain data setup_cache returned without importing it either."""
     import pickle
 

@@ -28,7 +28,9 @@ from . import registry
 # torch, build and revision are imported where used: the benchmark modules read version() at
 # import, in asv's fork server, which must not hold torch (verify_attn/gpu.py says why).
 
-COMMIT = "cbb6b5e66990d0c1653c3c193be72997f01fef48"
+# Its tc is the path tc runs (on the H200 the warp-specialized one): a pair of two different
+# kernels moves with the host (docs/timing.md, "A yardstick that is another kernel").
+COMMIT = "ffa97079e6dad37385755679b091ae438a7bbe30"
 NS = "va_anchor"
 ENV = "VERIFY_ATTN_ANCHOR"
 FALLBACK = "tc"  # the yardstick of an implementation the anchor does not build

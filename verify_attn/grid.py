@@ -99,9 +99,9 @@ SELECTIONS = {
 
 # The baseline is not run where a call computes more scores than this (heads x q_len x keys):
 # naive takes 0.2-0.9 s a call at the five full-grid points past it (heads 16 q_len 65 and
-# heads 64 q_len 17-65 at prefix 65,536, heads 64 q_len 65 at 16,384; effa37c), about 40 s of
-# a 400 s full-suite run for ten calls each with its anchor twin; the other 43 points keep
-# the speedups over it.
+# heads 64 q_len 17-65 at prefix 65,536, heads 64 q_len 65 at 16,384; effa37c's H200 run):
+# ten calls each with its anchor twin, about 41 s of a full run (from those medians); the
+# other 43 points keep the speedups over it.
 BASELINE_MAX_SCORES = 60_000_000
 
 

@@ -34,9 +34,9 @@ recorded in ``metrics``; a quantity with none has no series, said in one line, a
 ncu refuses all the same (the profile is then taken again without it) or leaves out of its
 report.
 
-Cost, measured on the H200 (ncu 2025.3.1, effa37c's suite, 2026-12-02): 6 points x 4
-kernels, 24 calls profiled in 20-23 s, 5 replay passes a launch, the whole set-up of Profile
-42 s; so every Quick point is profiled. The result records the measured ``seconds`` and
+Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02): 6 points x 3 kernels at ffa97079, 18
+calls profiled in 17 s, 5 replay passes a launch, Profile's whole set-up 24 s (effa37c, 4
+kernels: 24 calls in 20-23 s); so every Quick point is profiled. The result records the measured ``seconds`` and
 ncu's ``passes`` per launch.
 """
 
@@ -105,10 +105,10 @@ def choose(known: set[str] | None) -> tuple[dict[str, str], list[str]]:
 
 
 def impls() -> tuple[str, ...]:
-    """The implementations profiled, in asv's display order: those Quick times (under test,
-    not gated only: verify_attn.grid.GATED_ONLY) with CUDA kernels, not the baseline."""
-    return tuple(n for n in registry.display_order("cuda") if registry.get(n).under_test
-                 and registry.get(n).cuda_sources and not registry.get(n).baseline and n not in grid.GATED_ONLY)
+    """The implementations profiled, in asv's display order: those Quick times with CUDA
+    kernels (verify_attn.grid), not the baseline."""
+    return tuple(n for n in grid.impls_of("quick", registry.display_order("cuda"))
+                 if registry.get(n).cuda_sources and not registry.get(n).baseline)
 
 
 def label(heads: int, q_len: int, prefix: int, impl: str) -> str:

@@ -91,6 +91,9 @@ class Impl:
 
 # tc's paths by Plan::path number (kernels/tc.cu).
 TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws")
+# tc's files: the plan and launch first (plan_tc, launch_tc), then each path's kernels, compiled
+# in parallel (kernels/tc_host.h).
+TC_SOURCES = ("tc.cu", "tc_mma.cu", "tc_wgmma.cu", "tc_wgmma_t.cu", "tc_wgmma_ws.cu")
 
 _ENTRIES = [
     Impl("naive", "the baseline written the obvious way: scores in a global workspace, softmax, output",
@@ -100,25 +103,25 @@ _ENTRIES = [
     Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
          "on compute capability 9.0 warp-specialized wgmma (a copy warpgroup, two MMA warpgroups on "
          "alternate tiles; wgmma where every element's keys fit in two tiles), mma.sync elsewhere",
-         cuda_sources=("tc.cu",), min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
+         cuda_sources=TC_SOURCES, min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
-         cuda_sources=("tc.cu",), symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
+         cuda_sources=TC_SOURCES, symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
          paths=TC_PATHS, path=0, variant_of="tc"),
     # tc's sm_90a paths pinned (kernels/tc.cu says where the plan takes which): tc_wgmma is
     # gated on every named case, not timed at Quick's long prefixes (verify_attn.grid.GATED_ONLY);
     # tc_wgmma_t (never planned: slower) is checked (`check --impl all`, the parity tests).
     Impl("tc_wgmma", "tc pinned to its wgmma path, both warpgroups in one phase, 64 query rows on M",
-         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:purple", paths=TC_PATHS, path=1, variant_of="tc"),
     Impl("tc_wgmma_t", "tc pinned to its transposed wgmma path, keys on M and query rows on N "
          "(slower than wgmma at few rows on the H200)",
-         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc", under_test=False),
     # The plan's path on compute capability 9.0: pinned, it times tc's own kernel again, so it
     # is not timed in Quick (under_test=False); `check --impl all` reaches it by name.
     Impl("tc_wgmma_ws", "tc pinned to its warp-specialized wgmma path: a cp.async producer warpgroup and two "
          "consumer warpgroups on alternate tiles (what tc runs on the H100/H200)",
-         cuda_sources=("tc.cu",), symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:brown", paths=TC_PATHS, path=3, variant_of="tc", under_test=False),
     Impl("torch", "the plain torch composite a careful user would write instead",
          runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",

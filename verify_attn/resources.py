@@ -113,11 +113,12 @@ def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
     return out
 
 
-def cache_path() -> Path:
-    """Where report() keeps its result: keyed by the CUDA flags and every kernel file's content."""
+def cache_path(spec=None) -> Path:
+    """Where report() keeps its result: keyed by the CUDA flags and every kernel file's content
+    (spec: the build's CUDA spec, when the caller has it)."""
     from . import build
 
-    spec = build.spec(cuda=True)
+    spec = spec or build.spec(cuda=True)
     src = build.kernels_dir()
     files = [src / n for n in spec.kernel_sources] + [src / n for n in build.headers(src)]
     key = hashlib.sha256(json.dumps(spec.cuda_flags).encode() +
@@ -132,13 +133,13 @@ def report() -> dict:
     (verify_attn.prebuild), and the resource benchmark then waits for it instead of compiling again."""
     from . import build
 
-    cached = cache_path()
+    spec = build.spec(cuda=True)
+    cached = cache_path(spec)
     if cached.exists():
         return json.loads(cached.read_text())
     with build._locked(cached.with_suffix("")):
         if cached.exists():
             return json.loads(cached.read_text())
-        spec = build.spec(cuda=True)
         src = build.kernels_dir()
         # One nvcc per (architecture, source), all at once: tc's two architectures set the time.
         jobs = [(arch, name) for arch in ARCHS for name in spec.kernel_sources]

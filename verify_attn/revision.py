@@ -10,6 +10,7 @@ plan's path argument get the binding of that contract, without the pinned-path v
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -44,8 +45,11 @@ def library(repo: Path, rev: str, ns: str) -> tuple[build.Library, list[str]]:
         raise RevisionError(f"{rev} has no kernels/binding.cpp: it predates the registry's op binding")
     legacy = b"kAnyPath" not in git(repo, "show", f"{rev}:kernels/verify_attn.h", text=False)
     cuda = build.use_cuda()
-    impls = [i for i in registry.IMPLS.values() if i.compiled and not (legacy and i.path != -1)
-             and all(s in listed for s in (*i.cpu_sources, *(i.cuda_sources if cuda else ())))
+    # An implementation needs its first CUDA file there (the plan and launch) and takes those of
+    # the rest that rev has: an older rev holds all of tc in tc.cu.
+    impls = [dataclasses.replace(i, cuda_sources=tuple(s for s in i.cuda_sources if s in listed))
+             for i in registry.IMPLS.values() if i.compiled and not (legacy and i.path != -1)
+             and all(s in listed for s in (*i.cpu_sources, *(i.cuda_sources[:1] if cuda else ())))
              and (cuda or i.cpu_sources)]
     spec = build.spec(cuda, impls, legacy)
     names = [*spec.cpu_sources, *(spec.kernel_sources if cuda else ()), *sorted(n for n in listed if n.endswith(build.HEADER_SUFFIXES))]

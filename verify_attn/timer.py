@@ -100,8 +100,8 @@ class Timer:
         A call slower than slow_call_s (a first call may carry one-time costs, so a second one
         confirms it and gives both times) is not run again over every input set: each of its
         samples is one call after a spin. Those two more passes (2 to 7 calls of 0.03-0.9 s each,
-        naive at long prefixes) came to about 30 s of effa37c's 401 s full suite run (from its
-        recorded medians and input-set counts)."""
+        naive at long prefixes) came to about 27 s of effa37c's 401 s full suite run (computed
+        from its recorded medians and input-set counts)."""
         for _ in range(2):
             t0 = time.perf_counter()
             calls[0]()

@@ -402,7 +402,7 @@ def main(argv=None) -> int:
         with cleanup() as kids:
             if checkout_measured(args.range) and not args.bench:
                 # A whole suite needs every build: they start before asv's own preamble
-                # (environment, install, discovery: about 14 s of a full run), and asv's
+                # (environment, install, discovery: 7-16 s of the H200 runs), and asv's
                 # benchmarks load what the checkout built.
                 prebuild.start(popen=kids.popen)
             proc = kids.popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,0 +1,73 @@
+// tc's host side shared by its files: the plan's derived layout, the kernel arguments, one
+// kernel's launch, and the launchers of the paths, each in a .cu of its own (tc_mma.cu,
+// tc_wgmma.cu, tc_wgmma_t.cu, tc_wgmma_ws.cu) so that nvcc compiles them in parallel;
+// tc.cu plans, picks the path's launcher and merges the splits.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "tc.h"
+
+namespace verify_attn {
+
+// The path's kernel for the plan (blocks, threads and shared memory from it); 0 or a cudaError_t.
+int tc_launch_mma(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+int tc_launch_wgmma(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+int tc_launch_wgmma_t(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+
+namespace {
+
+inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
+
+struct Layout {  // the plan's derived values, recomputed identically by plan and launch
+  int R, groups, group_rows, slots;
+  int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
+};
+
+inline Layout layout_of(const Params& p, const Plan& plan) {
+  Layout l;
+  l.R = p.heads * p.q_len;
+  l.groups = (l.R + kRows - 1) / kRows;
+  l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
+  l.slots = plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
+  l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
+  l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
+  l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
+  return l;
+}
+
+// off_parent: where the kernel's staged parents start (the rest of plan.smem_bytes holds them).
+inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int off_parent) {
+  const Layout l = layout_of(p, plan);
+  TcArgs a;
+  a.R = l.R;
+  a.group_rows = l.group_rows;
+  a.slots = l.slots;
+  a.parent_cap = (plan.smem_bytes - off_parent) / 4;
+  char* ws = static_cast<char*>(workspace);
+  a.ws_o = l.slots ? reinterpret_cast<float*>(ws) : nullptr;
+  a.ws_lse = l.slots ? reinterpret_cast<float*>(ws + l.ws_o_bytes) : nullptr;
+  a.meta = l.slots ? reinterpret_cast<int2*>(ws + l.ws_o_bytes + l.ws_lse_bytes) : nullptr;
+  return a;
+}
+
+template <void (*Kernel)(Params, TcArgs)>
+int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  // Opt in to the dynamic shared memory once per device (legal during graph capture).
+  static int set_bytes[64] = {};
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return int(err);
+  if (dev < 0 || dev >= 64 || set_bytes[dev] < plan.smem_bytes) {
+    err = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, plan.smem_bytes);
+    if (err != cudaSuccess) return int(err);
+    if (dev >= 0 && dev < 64) set_bytes[dev] = plan.smem_bytes;
+  }
+  const Layout l = layout_of(p, plan);
+  const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
+  Kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(p, tc_args(p, plan, workspace, off_parent));
+  return int(cudaGetLastError());
+}
+
+}  // namespace
+}  // namespace verify_attn

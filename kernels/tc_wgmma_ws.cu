@@ -1,0 +1,247 @@
+// tc's warp-specialized sm_90a path: the kernel tc_attn_ws and its launch (the design, the
+// layout and the pieces: tc_wgmma_ws.h); compiled to a trap elsewhere.
+#include "tc_host.h"
+#include "tc_wgmma_ws.h"
+
+namespace verify_attn {
+namespace {
+
+__global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace ws;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  const uint32_t sraw = smem_u32(smem_raw);
+  const uint32_t sbase = (sraw + 1023) & ~1023u;
+  uint8_t* smem = smem_raw + (sbase - sraw);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  Work wk;
+  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
+  Block bk;
+  bk.R0 = blockIdx.x * a.group_rows;
+  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
+  bk.heads = p.heads;
+  bk.i_lo = bk.R0 / p.heads;
+  bk.key_lo = wk.key_lo;
+  bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
+  const int P = element_prefix(p, wk.b);
+  bk.mask_from = min(P, wk.key_hi);
+  const int ntiles = bk.ntiles;
+  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
+  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
+  const uint32_t full0 = sbase + kOffFull, empty0 = sbase + kOffEmpty;  // stage s: + 8 s
+  const uint32_t sQ = sbase + kOffQ;
+  volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
+  auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
+  if (tid == 0) {
+    mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
+    mbar_init(full0 + 8, 128);
+    mbar_init(empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
+    mbar_init(empty0 + 8, kConsumerThreads);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    *abort = 0;
+  }
+  __syncthreads();  // the mbarriers initialised; the last block-wide barrier
+
+  if (warp >= 8) {
+    // ---- Producer warpgroup -------------------------------------------------------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegsProducer));
+    const int pt = tid - kConsumerThreads;  // 0..127
+    const int x = pt & 7, rg = pt >> 3;     // chunk x of each 128-byte plane row; rows rg + 16 i
+    const int ntok = (bk.R0 + bk.rows_valid - 1) / p.heads - bk.i_lo + 1;
+    const int32_t* parent_g = p.parent + int64_t(wk.b) * p.q_len;
+    int32_t* s_parent = reinterpret_cast<int32_t*>(smem + kOffParent);
+    for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
+    TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
+    // Row rg + 16 i of a 64-row plane set at dst: 9 x 16 bytes (its chunk x of each plane),
+    // from src (a valid address; 0 bytes read and zero filled when !ok).
+    auto load_rows = [&](uint32_t dst, const int64_t (&row)[4], const uint16_t* base) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rg + 16 * i;
+        const bool ok = row[i] >= 0;
+        const uint16_t* src = base + (ok ? row[i] : 0) * kKeyDim + x * 8;
+        const uint32_t d = dst + r * 128 + (((x ^ r) & 7) << 4);
+#pragma unroll
+        for (int kc = 0; kc < 9; ++kc) cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
+      }
+    };
+    // The cache rows of tile j (-1: past the range), in int64.
+    auto rows_of = [&](int j, int64_t (&row)[4]) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = bk.tile_t0(j) + rg + 16 * i;
+        row[i] = t < wk.key_hi ? cache_row(p, wk.b, t) : int64_t(-1);
+      }
+    };
+    if (ntiles > 0) {
+      int64_t qrow[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = rg + 16 * i;
+        qrow[i] = r < bk.rows_valid ? int64_t(wk.b) * a.R + bk.R0 + r : int64_t(-1);
+      }
+      load_rows(sQ, qrow, p.q);  // completes before any tile's arrival (arrivals track every earlier cp.async)
+    }
+    bar_sync<kBarProd, 128>();  // the parents staged
+    int64_t row[4];
+    if (ntiles > 0) rows_of(0, row);
+    for (int j = 0; j < ntiles; ++j) {
+      const int s = j & 1;
+      if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1, abort);  // tile j - 2 released by both consumers
+      load_rows(stage(s), row, p.kv);
+      if (j + 1 < ntiles) rows_of(j + 1, row);  // the next tile's offsets while this one lands
+      if (bk.tile_masked(j)) {
+        // The tile at the tree rows: wait for it, zero its non-finite values and mark their
+        // keys, build its tokens' visibility words (wg::Tiles::clean and build_mask), then
+        // arrive (release: those writes are visible to the consumers that wait).
+        if (pt == 0) s_bad[s] = 0;
+        cp_async_wait_every();
+        bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
+        uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
+        for (int c = pt; c < N * kChunks; c += 128) {
+          uint4 v = rows[c];
+          const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
+          if (bad) {
+            rows[c] = v;
+            atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
+          }
+        }
+        if (pt < ntok)
+          s_mask[s * kRows + pt] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
+        fence_smem();  // the zeroed values, for wgmma's reads
+        mbar_arrive(full0 + 8 * s);
+      } else {
+        mbar_arrive_cp_async(full0 + 8 * s);
+      }
+    }
+    cp_async_wait_every();  // no copy outlives its thread
+    return;
+  }
+
+  // ---- Consumer warpgroups ----------------------------------------------------------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegsConsumer));
+  const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
+  const int g = lane >> 2, t4 = lane & 3;
+  float* s_m = reinterpret_cast<float*>(smem + kOffM);
+  float* s_sc = reinterpret_cast<float*>(smem + kOffSc);
+  float* s_l = reinterpret_cast<float*>(smem + kOffL);
+  const float qk_scale = p.scale * kLog2e;
+  const uint64_t dq = desc(sQ, 16, 1024);
+  const uint32_t sP0 = stage(0) + 8 * kPlane, sP1 = stage(1) + 8 * kPlane;  // P over each stage's rope plane
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  float o[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.f;
+
+  for (int k = 0; 2 * k < ntiles; ++k) {
+    const uint32_t par = k & 1;  // tiles 2k, 2k + 1 are use k of stages 0, 1
+    const bool has_b = 2 * k + 1 < ntiles;
+    float s[32], mn[2], sc[2], sum[2];
+    uint32_t pa[16];
+    if (w == 0) {
+      // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
+      mbar_wait(full0, par, abort);
+      fence_smem();
+      issue_qk(s, dq, stage(0));
+      wait_all();
+      pin(s);
+      if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
+      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, s_mask, s_bad, qk_scale, sP0, 0, wq, g, t4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        if (t4 == 0) s_m[r] = mn[h], s_sc[r] = sc[h];
+        l_run[h] = l_run[h] * sc[h] + sum[h];
+        m_run[h] = mn[h];
+      }
+      fence_smem();
+      bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
+      rescale(o, sc);
+      issue_pv_rs(o, pa, stage(0), 0);
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0);  // done with stage 0
+      if (has_b) {
+        // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
+        issue_peer_pv<kBarP1>(o, m_run, l_run, sc, s_m + kRows, s_sc + kRows, full0 + 8, par, abort, sP1, stage(1), 0,
+                              wq, g);
+        wait_all();
+        pin(o);
+        mbar_arrive(empty0 + 8);  // done with stage 1
+      }
+    } else if (has_b) {
+      // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
+      // is done, so that the two do not share the tensor cores and delay WG0's softmax (the
+      // head of the chain).
+      bar_sync<kBarS0, kConsumerThreads>();
+      mbar_wait(full0 + 8, par, abort);
+      fence_smem();
+      issue_qk(s, dq, stage(1));
+      // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
+      // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
+      wait_one();
+      pin(s);
+      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, s_mask + kRows, s_bad + 1, qk_scale, sP1, 1, wq, g, t4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
+      }
+      fence_smem();
+      bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0);  // done with stage 0
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[h] = l_run[h] * sc[h] + sum[h];
+        m_run[h] = mn[h];
+      }
+      rescale(o, sc);
+      issue_pv_rs(o, pa, stage(1), 1);
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0 + 8);  // done with stage 1
+    } else {
+      // The last tile of an odd count is WG0's: only its P_a applied to these columns.
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
+      wait_all();
+      pin(o);
+      mbar_arrive(empty0);  // done with stage 0
+    }
+  }
+
+  // Row sums over the quad and the two warpgroups (both hold the same final maximum).
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float l = l_run[h];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (t4 == 0) s_l[w * kRows + 16 * wq + g + 8 * h] = l;
+  }
+  bar_sync<kBarEnd, kConsumerThreads>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * wq + g + 8 * h;
+    if (r >= bk.rows_valid) continue;
+    RowEnd end = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
+    if (*abort) end.inv = end.lse2 = __int_as_float(0x7fffffff);  // a wait timed out: never a plausible result
+    OutRow dst(p, a, wk.slot, wk.b, bk.R0 + r, 256 * w + 2 * t4);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) dst.put(8 * i, o[4 * i + 2 * h] * end.inv, o[4 * i + 2 * h + 1] * end.inv);
+    if (w == 0 && t4 == 0) dst.lse(end.lse2);
+  }
+#else
+  __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
+#endif
+}
+
+}  // namespace
+
+int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream);
+}
+
+}  // namespace verify_attn
