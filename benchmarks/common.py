@@ -96,10 +96,11 @@ class GridBenchmark(abc.ABC):
     track_time_vs_roofline.unit = "x roofline time (1/fraction of peak, lower is better)"
 
     def track_time_vs_anchor(self, grid, *params):
-        """The drift-free series: each sample over its pair's sample of the anchor's build of
-        the same kernel (a peer's: the anchor's tc), timed in turn in the same process
-        (verify_attn/anchor.py). Stays put on any start of any machine of a GPU kind while the
-        kernel does not change; lower is better, 1 the anchor's own speed."""
+        """The drift-free series: the samples over their pairs' samples of the anchor's build
+        of the same kernel (a peer's: the anchor's tc), timed in turn in the same process
+        (verify_attn/anchor.py), a value per two rounds of opposite order (measure.paired_ratios).
+        Stays put on any start of any machine of a GPU kind while the kernel does not change;
+        lower is better, 1 the anchor's own speed."""
         ratios = self.timed()["anchor"]
         if not ratios:  # no anchor build here (no git repository, VERIFY_ATTN_ANCHOR=off)
             return math.nan

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from verify_attn import anchor, candidate, cases
-from verify_attn.measure import measure_case
+from verify_attn.measure import measure_case, paired_ratios
 from verify_attn.timer import Timer
 
 
@@ -20,7 +20,7 @@ def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
     computed = []
     reference_of = candidate.reference_of
     monkeypatch.setattr(candidate, "reference_of", lambda inputs: computed.append(1) or reference_of(inputs))
-    timer = Timer("cpu", samples=5, warmup_s=0.0)
+    timer = Timer("cpu", samples=6, warmup_s=0.0)
     orders = []
     time_many = timer.time_many
     monkeypatch.setattr(timer, "time_many", lambda variants, **kw: orders.append((list(variants), kw)) or
@@ -31,10 +31,20 @@ def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
     assert orders == [(["naive", f"naive@{ns}", "flash", f"flash@{ns}", "torch"], {"reverse_odd_rounds": True})]
     for impl in ("naive", "flash"):
         r = got[impl]
-        assert r.anchor_of == f"{impl}@{anchor.NS}" and len(r.anchor) == len(r.timing.samples) == 5
-        assert 0.5 < sorted(r.anchor)[2] < 2  # the same kernel on both sides (HEAD's kernels/)
+        # one drift-free value per two rounds (measure.paired_ratios)
+        assert r.anchor_of == f"{impl}@{anchor.NS}" and len(r.timing.samples) == 6 and len(r.anchor) == 3
+        assert 0.5 < sorted(r.anchor)[1] < 2  # the same kernel on both sides (HEAD's kernels/)
     assert got["torch"].anchor is None  # its yardstick, the anchor's tc, has no CPU backend
     assert got["tc"].skipped and got["tc"].anchor is None
+
+
+def test_two_rounds_in_opposite_orders_make_one_drift_free_value():
+    # The kernel first in round 0, its twin first in round 1 (reverse_odd_rounds), the second
+    # of two samples 2% slower: single ratios alternate 0.98 / 1.02, each pair's value is 1.
+    kernel, twin = [1.00, 1.02, 1.00, 1.02], [1.02, 1.00, 1.02, 1.00]
+    assert [round(x, 12) for x in paired_ratios(kernel, twin)] == [1.0, 1.0]
+    # an odd count (7 samples of a call over 20 ms) keeps a ratio a round
+    assert paired_ratios([1.0, 2.0, 3.0], [1.0, 1.0, 2.0]) == [1.0, 2.0, 1.5]
 
 
 def test_without_an_anchor_the_series_is_absent_and_says_why(monkeypatch):

@@ -35,7 +35,7 @@ class Result:
     timing: Timing | None = None         # None when skipped or the correctness gate failed
     baseline_s: float | None = None      # the baseline's median in the same run, for the speedup
     plan: dict | None = None             # the CUDA launch plan (ops.launch_plan)
-    anchor: list[float] | None = None    # the samples over the yardstick's, pair by pair (verify_attn.anchor)
+    anchor: list[float] | None = None    # the samples over the yardstick's, two rounds a value (paired_ratios)
     anchor_of: str = ""                  # which op of the anchor's build the yardstick is
 
     @property
@@ -110,5 +110,19 @@ def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0
         stick = yardsticks.get(yardstick(impl, anchor_ns) if anchor_ns else None)
         if stick is not None:
             r.anchor_of = stick.name
-            r.anchor = [s / a for s, a in zip(r.timing.samples, timings[stick.name].samples)]
+            r.anchor = paired_ratios(r.timing.samples, timings[stick.name].samples)
     return results
+
+
+def paired_ratios(samples: list[float], stick: list[float]) -> list[float]:
+    """The drift-free samples: per two rounds the geometric mean of the two rounds' ratios of
+    a kernel's sample over its yardstick's. The timer reverses the order every other round, so
+    the kernel runs first in one round and second in the other, and on the H200 the second of
+    two back-to-back samples reads 1-2.6% slower than the first (tc beside its anchor twin, 6
+    processes, 2026-12-02): single ratios fall into two groups, and the median of 15 (8 of one
+    order, 7 of the other) jumps between them from process to process. An odd count (7
+    samples of a call over 20 ms) keeps one ratio a round."""
+    ratios = [s / a for s, a in zip(samples, stick)]
+    if len(ratios) % 2:
+        return ratios
+    return [math.sqrt(ratios[k] * ratios[k + 1]) for k in range(0, len(ratios), 2)]
