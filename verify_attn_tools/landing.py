@@ -367,7 +367,7 @@ def render(machines: list[Machine], commit_url: str | None) -> str:
            "<h1>verify-attn bench: the newest commit, per GPU</h1>",
            '<p class="meta">Median time per call; speedup over naive and % of the roofline recorded with the run; '
            "/ FlashMLA: time over FlashMLA's at the same shape (below 1 is faster). The change is judged on the "
-           "drift-free series (each sample over a frozen anchor build's, timed in the same process) by "
+           "drift-free series (time over a frozen anchor build's, the two timed in turn in the same process) by "
            f"<code>python -m verify_attn report</code>'s rule: factor {report.FACTOR} and asv's Mann-Whitney test. "
            "Raw, not judged: one of the two commits lacks the drift-free series there, and raw times of separate "
            "machine starts drift by several %. The trend line (every recorded commit's time) opens the point's "
