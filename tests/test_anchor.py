@@ -91,6 +91,24 @@ def test_spread_of_one_commits_runs(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert rows and all(r["track_time"] == 0 == r["track_time_vs_anchor"] and r["ms"] >= 0.02 for r in rows)
     assert {"Quick", "Serving"} <= {r["class"] for r in rows}
-    assert "largest spread raw 0.00%" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "largest spread raw 0.00%" in out_text
+    assert "judged Quick points: met" in out_text and "or more: met" in out_text
     with pytest.raises(Refusal, match="different commits"):
         spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")])
+
+
+def test_the_spread_goals_judge_what_report_judges():
+    from verify_attn_tools import spread
+
+    def row(cls, combo, x):
+        return {"class": cls, "point": " ".join(map(str, combo)), "combo": combo, "track_time": x,
+                "track_time_vs_anchor": x, "ms": 0.03}
+
+    rows = [row("Quick", (64, 9, 2048, "tc"), 0.012), row("Quick", (64, 9, 2048, "flash"), 0.009),
+            row("Chain", (64, 9, 2048, "torch"), 0.30),   # a peer: not judged
+            row("ColdL2", (9, 2048, "tc"), 0.50),         # taken off for good by benchmarks/accepted.json
+            row("Heads8", (9, 2048, "tc_mma"), 0.019)]
+    (_, quick), (words, every) = spread.verdicts(rows, 0.02)
+    assert [r["point"] for r in quick] == ["64 9 2048 tc"]
+    assert [r["point"] for r in every] == [] and "3 judged points of 0.02 ms or more" in words

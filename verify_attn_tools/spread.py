@@ -6,7 +6,9 @@ Each file is asv's result file of the same commit recorded in another start of a
 another host of the GPU kind); the table gives, per point and implementation, the spread
 max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files, and
 the largest of each per class. The goal the history is held to: the drift-free spread within 1%
-at every Quick point and within 2% at every point of 20 us or more.
+at every Quick point and within 2% at every point of 20 us or more, for the series that judge
+(the kernels under test; not the peers nor what benchmarks/accepted.json takes off for good):
+the last lines say whether it is met and where not, and the exit code is 1 where it is not.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import statistics
 from pathlib import Path
 
 from .cli import Refusal, parser
-from .report import BENCH, points
+from .report import BENCH, counts, not_judged, points
 
 SERIES = ("track_time", "track_time_vs_anchor")
+GOALS = (("Quick", 0.01), (None, 0.02))  # (class or None for every point of min_ms or more, largest spread)
 
 
 def medians(path: Path) -> tuple[str, dict]:
@@ -50,8 +53,26 @@ def spread(runs: list[dict], min_s: float) -> list[dict]:
         rows.setdefault((cls, combo), {})[series] = max(values) / min(values) - 1
         if series == "track_time":
             rows[(cls, combo)]["ms"] = statistics.median(values) * 1e3
-    return [{"class": cls, "point": " ".join(map(str, combo)), **v} for (cls, combo), v in rows.items()
+    return [{"class": cls, "point": " ".join(map(str, combo)), "combo": combo, **v} for (cls, combo), v in rows.items()
             if len(v) == 3 and v["ms"] >= min_s * 1e3]
+
+
+def judged(row: dict) -> bool:
+    """Whether the row's drift-free series judges (report's and the regressions page's rule)."""
+    combo = row["combo"]
+    name = f"{BENCH}.{row['class']}.track_time_vs_anchor({', '.join(map(repr, combo))})"
+    return counts(combo[-1]) and not any(r.search(name) for r in not_judged())
+
+
+def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
+    """Per goal: its words and the judged rows beyond it."""
+    out = []
+    for cls, limit in GOALS:
+        mine = [r for r in rows if judged(r) and (cls is None or r["class"] == cls)]
+        words = f"{cls} points" if cls else f"points of {min_ms:g} ms or more"
+        out.append((f"x anchor within {100 * limit:g}% at each of the {len(mine)} judged {words}",
+                    [r for r in mine if r["track_time_vs_anchor"] > limit]))
+    return out
 
 
 def main(argv=None) -> int:
@@ -76,6 +97,11 @@ def main(argv=None) -> int:
         mine = [r for r in rows if r["class"] == cls]
         print(f"# {cls}: {len(mine)} points, largest spread raw {100 * max(r['track_time'] for r in mine):.2f}%, "
               f"x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
+    met = True
+    for words, beyond in verdicts(rows, args.min_ms):
+        met &= not beyond
+        print(f"# goal, {words}: " + ("met" if not beyond else "NOT met at " + ", ".join(
+            f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}%" for r in beyond)))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
-    return 0
+        args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "combo"} for r in rows], indent=1))
+    return 0 if met else 1
