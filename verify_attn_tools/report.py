@@ -269,7 +269,7 @@ def compare(a: dict, b: dict, benchmarks: dict, factor: float, bench: str,
             pa, pb = xa.get(combo, NA), xb.get(combo, NA)
             ma, mb = (None if isna(p[0]) else median(p[2]) if p[2] else p[0] for p in (pa, pb))
             # Series names as asv writes them (the regexes of accepted.json match those).
-            names_of = [f"{BENCH}.{cls}.{metric}({', '.join(map(repr, combo))})" for metric in (TIME, ANCHOR)]
+            names_of = [series_name(cls, metric, combo) for metric in (TIME, ANCHOR)]
             if any(r.search(names_of[1]) for r in unjudged):
                 ma = mb = None  # shown with its raw times, never deciding
             case, impl = label(cls, param_names(key, benchmarks, len(combo)), combo)
@@ -364,6 +364,11 @@ AB_STATUS = {"failed": "**FAILED**", "slower": "**slower**", "faster": "faster",
 AB_ORDER = ["failed", "slower", "base failed", "new", "faster", "same"]
 HEAD = ("| point | impl | before | after | change | spread | evidence | x naive | % of peak | status |\n"
         "| --- | --- | ---: | ---: | --- | ---: | --- | ---: | ---: | --- |")
+
+
+def series_name(cls: str, metric: str, combo: tuple) -> str:
+    """A point's series as asv names it (the regexes of accepted.json match these)."""
+    return f"{BENCH}.{cls}.{metric}({', '.join(map(repr, combo))})"
 
 
 def counts(impl: str) -> bool:

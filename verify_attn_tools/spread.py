@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 
 from .cli import Refusal, parser
-from .report import BENCH, counts, not_judged, points
+from .report import ANCHOR, BENCH, counts, not_judged, points, series_name
 
 SERIES = ("track_time", "track_time_vs_anchor")
 GOALS = (("Quick", 0.01), (None, 0.02))  # (class or None for every point of min_ms or more, largest spread)
@@ -57,18 +57,15 @@ def spread(runs: list[dict], min_s: float) -> list[dict]:
             if len(v) == 3 and v["ms"] >= min_s * 1e3]
 
 
-def judged(row: dict) -> bool:
-    """Whether the row's drift-free series judges (report's and the regressions page's rule)."""
-    combo = row["combo"]
-    name = f"{BENCH}.{row['class']}.track_time_vs_anchor({', '.join(map(repr, combo))})"
-    return counts(combo[-1]) and not any(r.search(name) for r in not_judged())
-
-
 def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
-    """Per goal: its words and the judged rows beyond it."""
+    """Per goal: its words and the judged rows beyond it (report's and the regressions page's
+    rule: kernels under test, not the series accepted.json takes off for good)."""
+    unjudged = not_judged()
+    judged = [r for r in rows if counts(r["combo"][-1])
+              and not any(u.search(series_name(r["class"], ANCHOR, r["combo"])) for u in unjudged)]
     out = []
     for cls, limit in GOALS:
-        mine = [r for r in rows if judged(r) and (cls is None or r["class"] == cls)]
+        mine = [r for r in judged if cls is None or r["class"] == cls]
         words = f"{cls} points" if cls else f"points of {min_ms:g} ms or more"
         out.append((f"x anchor within {100 * limit:g}% at each of the {len(mine)} judged {words}",
                     [r for r in mine if r["track_time_vs_anchor"] > limit]))
