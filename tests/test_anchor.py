@@ -112,3 +112,7 @@ def test_the_spread_goals_judge_what_report_judges():
     (_, quick), (words, every) = spread.verdicts(rows, 0.02)
     assert [r["point"] for r in quick] == ["64 9 2048 tc"]
     assert [r["point"] for r in every] == [] and "3 judged points of 0.02 ms or more" in words
+    rows += [row("Heads16", (9, 16384, "tc_mma"), 0.025), row("Chain", (8, 9, 2048, "tc_mma"), 0.001)]
+    assert spread.by_kernel(rows) == [
+        "# tc_mma: 3 grid points, x anchor largest 2.50%, median 1.90%, 2 over 1%, 1 over 2%; "
+        "raw largest 2.50%, median 1.90%"]

@@ -57,18 +57,37 @@ def spread(runs: list[dict], min_s: float) -> list[dict]:
             if len(v) == 3 and v["ms"] >= min_s * 1e3]
 
 
-def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
-    """Per goal: its words and the judged rows beyond it (report's and the regressions page's
-    rule: kernels under test, not the series accepted.json takes off for good)."""
+def judged(rows: list[dict]) -> list[dict]:
+    """The rows report and the regressions page judge: kernels under test, not the series
+    accepted.json takes off for good."""
     unjudged = not_judged()
-    judged = [r for r in rows if counts(r["combo"][-1])
-              and not any(u.search(series_name(r["class"], ANCHOR, r["combo"])) for u in unjudged)]
+    return [r for r in rows if counts(r["combo"][-1])
+            and not any(u.search(series_name(r["class"], ANCHOR, r["combo"])) for u in unjudged)]
+
+
+def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
+    """Per goal: its words and the judged rows beyond it."""
+    mine_all = judged(rows)
     out = []
     for cls, limit in GOALS:
-        mine = [r for r in judged if cls is None or r["class"] == cls]
+        mine = [r for r in mine_all if cls is None or r["class"] == cls]
         words = f"{cls} points" if cls else f"points of {min_ms:g} ms or more"
         out.append((f"x anchor within {100 * limit:g}% at each of the {len(mine)} judged {words}",
                     [r for r in mine if r["track_time_vs_anchor"] > limit]))
+    return out
+
+
+def by_kernel(rows: list[dict]) -> list[str]:
+    """Per kernel, over the judged points outside Quick: how many, the largest and the median
+    spread x anchor, how many beyond 1% and 2%, the largest and the median raw spread."""
+    grid = [r for r in judged(rows) if r["class"] != "Quick"]
+    out = []
+    for impl in sorted({r["combo"][-1] for r in grid}):
+        a = [r["track_time_vs_anchor"] for r in grid if r["combo"][-1] == impl]
+        raw = [r["track_time"] for r in grid if r["combo"][-1] == impl]
+        out.append(f"# {impl}: {len(a)} grid points, x anchor largest {100 * max(a):.2f}%, median "
+                   f"{100 * statistics.median(a):.2f}%, {sum(x > 0.01 for x in a)} over 1%, {sum(x > 0.02 for x in a)} "
+                   f"over 2%; raw largest {100 * max(raw):.2f}%, median {100 * statistics.median(raw):.2f}%")
     return out
 
 
@@ -94,6 +113,8 @@ def main(argv=None) -> int:
         mine = [r for r in rows if r["class"] == cls]
         print(f"# {cls}: {len(mine)} points, largest spread raw {100 * max(r['track_time'] for r in mine):.2f}%, "
               f"x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
+    for line in by_kernel(rows):
+        print(line)
     met = True
     for words, beyond in verdicts(rows, args.min_ms):
         met &= not beyond
