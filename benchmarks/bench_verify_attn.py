@@ -3,8 +3,9 @@
 A class per head count of verify_attn.grid.HEADS (HeadsN) and Chain (the chain tree, where
 FlashMLA runs too), all served by one measurement (the full grid, then the chain tree);
 Quick is the pull-request subset (asv -b Quick: Quick and QuickCases), ColdL2 flushes the L2
-cache before every call, Serving the batches of ragged paged trees a server verifies. What
-each measures on each device: verify_attn.grid.SELECTIONS.
+cache before every call, Serving the batches of ragged paged trees a server verifies and
+ServingChain the same batches as chain trees, where FlashMLA runs too. What each measures on
+each device: verify_attn.grid.SELECTIONS.
 """
 
 from verify_attn import cases, gpu, grid, prebuild, registry
@@ -123,3 +124,19 @@ class Serving(GridBenchmark):
         from verify_attn import suite
 
         return suite.measure_serving()
+
+
+class ServingChain(GridBenchmark):
+    """The serving batches as chain trees in a contiguous cache padded to 64-token pages: tc
+    against FlashMLA on ragged prefixes (GPU only)."""
+
+    params = [*map(list, grid.SERVING_CHAIN_PARAMS), grid.impls_of("serving_chain", IMPLS)]
+    param_names = ["batch", "heads", "q_len", "impl"]
+
+    def key(self, grid, params):
+        return params
+
+    def setup_cache(self):
+        from verify_attn import suite
+
+        return suite.measure_serving("serving_chain")

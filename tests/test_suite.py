@@ -78,3 +78,40 @@ def test_the_device_is_decided_without_torch():
     device, built_with_cuda, imported = out.split()
     assert device == expected and built_with_cuda == str(torch.version.cuda is not None)
     assert imported == "False" or built_with_cuda == "True"  # a CUDA torch may be asked (no NVML)
+
+
+def test_serving_chain_times_tc_beside_flashmla_on_ragged_chain_batches(monkeypatch):
+    """ServingChain: the serving batches as chain trees in a contiguous cache whose rows reach
+    each element's last 64-token page (what FlashMLA reads in place), tc and FlashMLA only;
+    measured here on the CPU with short prefixes and flash let in (tc and FlashMLA have no CPU
+    form: they skip with their reasons)."""
+    import torch
+
+    from verify_attn import cases, grid, suite
+    from verify_attn.shapes import is_chain
+
+    sel = grid.SELECTIONS["cuda"]["serving_chain"]
+    assert (sel.tree, sel.paged, sel.pad_to) == ("chain", False, 64)
+    assert sel.points() == grid.SELECTIONS["cuda"]["serving"].points()
+    assert grid.impls_of("serving_chain", ["tc", "flashmla", "flash", "torch", "naive"]) == ["tc", "flashmla"]
+
+    case = cases.serving_case(8, 16, 9, tree="chain", paged=False, pad_to=64)
+    assert case.name == "serving_b8_h16_q9_chain" and case.prefix_lens == cases.serving_prefixes(8)
+    assert len(set(case.prefix_lens)) == 8 and case.kv_cols % 64 == 0 and case.kv_cols >= max(case.prefix_lens) + 9
+
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")
+    monkeypatch.setitem(grid.SELECTIONS["cpu"], "serving_chain",
+                        grid.dataclasses.replace(sel, batches=(3,), heads=(8,), q_lens=(9,),
+                                                 exclude=tuple(i for i in sel.exclude if i != "flash")))
+    monkeypatch.setattr(cases, "serving_prefixes", lambda batch: (70, 5, 130)[:batch])
+    inputs = cases.make_inputs(cases.serving_case(3, 8, 9, tree="chain", paged=False, pad_to=64))
+    assert inputs.kv.shape[1] == 192 and inputs.kv_indices is None
+    assert all(is_chain(p) for p in inputs.parent.tolist()) and inputs.prefix_lens.tolist() == [70, 5, 130]
+    assert torch.isfinite(inputs.kv).all()  # FlashMLA multiplies the rows past kv_len by a zero probability
+    out = suite.measure_serving("serving_chain")
+    assert set(out["results"]) == {(3, 8, 9, i) for i in ("tc", "flashmla", "flash")}
+    flash = out["results"][(3, 8, 9, "flash")]
+    assert flash["skipped"] == "" and flash["ok"] and len(flash["samples"]) >= 2 and flash["plan"] is None
+    assert "no cpu implementation" in out["results"][(3, 8, 9, "tc")]["skipped"]
+    assert out["results"][(3, 8, 9, "flashmla")]["skipped"]

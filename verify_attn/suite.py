@@ -22,7 +22,7 @@ from .timer import Timer
 
 
 def selection(variant: str = "full"):
-    """What a variant (full, quick, cold, chain, serving) measures on this device
+    """What a variant (full, quick, cold, chain, serving, serving_chain) measures on this device
     (VERIFY_ATTN_GRID=tiny: two points)."""
     table = "tiny" if os.environ.get("VERIFY_ATTN_GRID") == "tiny" else device()
     return grid.SELECTIONS.get(table, grid.SELECTIONS["cpu"])[variant]
@@ -142,10 +142,11 @@ def measure_quick() -> dict:
     return measure_grid(None, "quick", timed=not failed) | {"named": named, "untimed": untimed}
 
 
-def measure_serving() -> dict:
-    """Measure every serving step of this device's selection, keyed (batch, heads, q_len, impl)."""
-    prebuild.start(needs("serving"))
-    sel = selection("serving")
+def measure_serving(variant: str = "serving") -> dict:
+    """Measure every serving step of this device's selection of the variant (serving or
+    serving_chain), keyed (batch, heads, q_len, impl)."""
+    prebuild.start(needs(variant))
+    sel = selection(variant)
     peak = peaks(device())
     # A serving step takes 0.3-2 ms: samples of 1-3 calls left tc's pairs 1-3% apart from one
     # machine start to the next; 10 ms samples average 5-30 calls.
@@ -153,9 +154,9 @@ def measure_serving() -> dict:
     out = {"device": device(), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (batch, heads, q_len) in enumerate(sel.points(), 1):
-        case = cases.serving_case(batch, heads, q_len)
-        for impl, r in measure_case(case, impls("serving"), tm, anchor_ns=anchored()).items():
+        case = cases.serving_case(batch, heads, q_len, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to)
+        for impl, r in measure_case(case, impls(variant), tm, anchor_ns=anchored()).items():
             out["results"][(batch, heads, q_len, impl)] = _entry(r, peak)
-        progress(f"[verify_attn] serving case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
+        progress(f"[verify_attn] {variant} case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
                  f"({time.perf_counter() - t0:.0f} s)")
     return out
