@@ -3,8 +3,9 @@
 A class per head count of verify_attn.grid.HEADS (HeadsN) and Chain (the chain tree, where
 FlashMLA runs too), all served by one measurement (the full grid, then the chain tree);
 Quick is the pull-request subset (asv -b Quick: Quick and QuickCases), ColdL2 flushes the L2
-cache before every call, Serving the batches of ragged paged trees a server verifies. What
-each measures on each device: verify_attn.grid.SELECTIONS.
+cache before every call, Serving the batches of ragged paged trees a server verifies and
+ServingChain the same batches as chain trees, where FlashMLA runs too. What each measures on
+each device: verify_attn.grid.SELECTIONS.
 """
 
 from verify_attn import cases, gpu, grid, prebuild, registry
@@ -15,7 +16,7 @@ from .common import IMPLS, GridBenchmark
 class _FullGrid(GridBenchmark):
     """The full grid, every head count, and the chain tree in one setup_cache (asv keys the
     cache by the defining line, so the HeadsN classes and Chain share this one measurement).
-    The full grid goes first: FlashMLA, which only Chain times, builds beside it
+    The full grid goes first: FlashMLA, which only Chain and ServingChain time, builds beside it
     (verify_attn.prebuild) instead of holding the first class asv sets up."""
 
     part = "full"
@@ -24,7 +25,9 @@ class _FullGrid(GridBenchmark):
         from verify_attn import suite
 
         prebuild.start(suite.needs("full") + suite.needs("chain"))
-        return {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
+        measured = {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
+        suite.repeat_short(measured)  # the short calls again in fresh processes (verify_attn.repeat)
+        return measured
 
 
 for _heads in grid.HEADS:
@@ -123,3 +126,19 @@ class Serving(GridBenchmark):
         from verify_attn import suite
 
         return suite.measure_serving()
+
+
+class ServingChain(GridBenchmark):
+    """The serving batches as chain trees in a contiguous cache padded to 64-token pages: tc
+    against FlashMLA on ragged prefixes (GPU only)."""
+
+    params = [*map(list, grid.SERVING_CHAIN_PARAMS), grid.impls_of("serving_chain", IMPLS)]
+    param_names = ["batch", "heads", "q_len", "impl"]
+
+    def key(self, grid, params):
+        return params
+
+    def setup_cache(self):
+        from verify_attn import suite
+
+        return suite.measure_serving("serving_chain")

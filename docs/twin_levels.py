@@ -1,6 +1,6 @@
 """Where a kernel's drift-free ratio settles against an identical twin, in this process (H200).
 
-    python docs/twin_levels.py     # from the repository root, a GPU and the anchor's build at hand
+    python docs/twin_levels.py [--one-set]   # from the repository root, a GPU and the anchor's build at hand
 
 Per point, tc against the anchor's tc (the same machine code, another library) with the suite's
 timer and pairing (16 samples, verify_attn.measure.paired_ratios), four ways, twice:
@@ -10,7 +10,9 @@ timer and pairing (16 samples, verify_attn.measure.paired_ratios), four ways, tw
   self   tc against tc itself, each side with its own outputs
 Run it in several processes: 'self' stays within about 0.3% of 1 while the other three move
 together from process to process (README, "The recorded history"), so the level belongs to the
-two loaded copies of the kernel, not to the data or the timer.
+two loaded copies of the kernel, not to the data or the timer. --one-set times every call on
+the first input set alone, so the inputs no longer push the kernels' code out of the L2 between
+calls (not yet run: whether the levels then close up tells if instruction fetch is their cause).
 """
 
 import statistics
@@ -27,6 +29,7 @@ POINTS = (("Chain", "chain", 16, 9, 16384), ("Heads16", "full", 16, 9, 16384), (
 
 
 def main() -> None:
+    one_set = "--one-set" in sys.argv[1:]
     ops.load()
     ns = suite.anchored()
     if ns is None:
@@ -35,6 +38,7 @@ def main() -> None:
     for name, variant, h, q, p in POINTS:
         sel = suite.selection(variant)
         sets = measure.input_sets(cases.grid_case(h, q, p, tree=sel.tree, pad_to=sel.pad_to), tm.device, 0)
+        sets = sets[:1] if one_set else sets
         kernel, twin = candidate.Candidate("tc"), candidate.Candidate("tc", ns)
         for c in (kernel, twin):
             if not candidate.check(c, sets[0]).ok:

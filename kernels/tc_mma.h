@@ -100,6 +100,33 @@ __device__ __forceinline__ void load_tile_row(uint32_t s_buf, const uint16_t* kv
     cp_async16(dst + swz(r, c) * 16, ok ? src + c * 8 : src, bytes);
 }
 
+// One k-step of S += Q K^T: A of MTA m16 tiles from qa (16 rows apart), B of NT n8 key tiles
+// from ka (one: ldmatrix x2; pairs of two: x4, 16 rows apart), into s[mt][0 .. NT - 1].
+template <int MTA, int NT, int MT, int NS>
+__device__ __forceinline__ void qk_step(float (&s)[MT][NS][4], uint32_t qa, uint32_t ka) {
+  uint32_t af[MTA][4];
+#pragma unroll
+  for (int mt = 0; mt < MTA; ++mt) ldsm_x4(af[mt], qa + mt * 16 * kRowBytes);
+  uint32_t bf[NT][2];
+  if constexpr (NT == 1) {
+    ldsm_x2(bf[0], ka);
+  } else {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t x[4];
+      ldsm_x4(x, ka + np * 16 * kRowBytes);
+      bf[2 * np][0] = x[0];
+      bf[2 * np][1] = x[1];
+      bf[2 * np + 1][0] = x[2];
+      bf[2 * np + 1][1] = x[3];
+    }
+  }
+#pragma unroll
+  for (int mt = 0; mt < MTA; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(s[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
+}
+
 // S = Q K^T for the warp's MTA m16 tiles and NTS n8 key tiles over all 576 dims. The
 // swizzle repeats every 4 k-steps (one 128-byte group), so the addresses are 4 per-lane
 // offsets plus the group; the outer loop is kept rolled to bound the registers in flight.
@@ -119,29 +146,7 @@ __device__ __forceinline__ void qk_tile(float (&s)[C::MT][C::NTS][4], uint32_t s
 #pragma unroll 1
   for (int kg = 0; kg < kKSteps / 4; ++kg) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      uint32_t af[MTA][4];
-#pragma unroll
-      for (int mt = 0; mt < MTA; ++mt) ldsm_x4(af[mt], qoff[k] + kg * 128 + mt * 16 * kRowBytes);
-      uint32_t bf[C::NTS][2];
-      if constexpr (C::NTS == 1) {
-        ldsm_x2(bf[0], koff[k] + kg * 128);
-      } else {
-#pragma unroll
-        for (int np = 0; np < C::NTS / 2; ++np) {
-          uint32_t x[4];
-          ldsm_x4(x, koff[k] + kg * 128 + np * 16 * kRowBytes);
-          bf[2 * np][0] = x[0];
-          bf[2 * np][1] = x[1];
-          bf[2 * np + 1][0] = x[2];
-          bf[2 * np + 1][1] = x[3];
-        }
-      }
-#pragma unroll
-      for (int mt = 0; mt < MTA; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < C::NTS; ++nt) mma_bf16(s[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
-    }
+    for (int k = 0; k < 4; ++k) qk_step<MTA, C::NTS>(s, qoff[k] + kg * 128, koff[k] + kg * 128);
   }
 }
 
@@ -164,25 +169,7 @@ __device__ __forceinline__ void qk_tile_half(float (&s)[C::MT][2 * C::NTS][4], u
 #pragma unroll kQkUnroll
   for (int kg = 0; kg < kKSteps / 4; ++kg) {
 #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      uint32_t af[MTA][4];
-#pragma unroll
-      for (int mt = 0; mt < MTA; ++mt) ldsm_x4(af[mt], qoff[kk] + kg * 128 + mt * 16 * kRowBytes);
-      uint32_t bf[2 * C::NTS][2];
-#pragma unroll
-      for (int np = 0; np < C::NTS; ++np) {
-        uint32_t x[4];
-        ldsm_x4(x, koff[kk] + kg * 128 + np * 16 * kRowBytes);
-        bf[2 * np][0] = x[0];
-        bf[2 * np][1] = x[1];
-        bf[2 * np + 1][0] = x[2];
-        bf[2 * np + 1][1] = x[3];
-      }
-#pragma unroll
-      for (int mt = 0; mt < MTA; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < 2 * C::NTS; ++nt) mma_bf16(s[mt][nt], af[mt], bf[nt][0], bf[nt][1]);
-    }
+    for (int kk = 0; kk < 2; ++kk) qk_step<MTA, 2 * C::NTS>(s, qoff[kk] + kg * 128, koff[kk] + kg * 128);
   }
 }
 

@@ -1,7 +1,7 @@
 // tc's sm_90a wgmma path: the kernel tc_attn_wg and its launch (the layout and the pieces
 // shared with the other sm_90a kernels: tc_wgmma.h); compiled to a trap elsewhere.
 #include "tc_host.h"
-#include "tc_wgmma.h"
+#include "tc_wgmma_rows.h"
 
 namespace verify_attn {
 namespace {
@@ -10,9 +10,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace wg;
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t sraw = smem_u32(smem_raw);
-  const uint32_t sbase = (sraw + 1023) & ~1023u;
-  uint8_t* smem = smem_raw + (sbase - sraw);
+  uint32_t sbase;
+  uint8_t* smem = smem_aligned(smem_raw, sbase);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int w = warp >> 2, wq = warp & 3;  // warpgroup; warp within it (rows 16 wq ..)
   const int g = lane >> 2, t4 = lane & 3;
@@ -21,7 +20,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
 
   Tiles<Smem> t(p, a, smem, sbase, tid);
   if (!t.begin(warp)) return;
-  const int b = t.wk.b, R0 = t.R0, rows_valid = t.rows_valid, i_lo = t.i_lo, ntiles = t.ntiles;
+  const int R0 = t.R0, rows_valid = t.rows_valid, i_lo = t.i_lo, ntiles = t.ntiles;
   uint64_t* s_mask = t.s_mask;
   uint64_t* s_bad = t.s_bad;
   t.start();
@@ -42,19 +41,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
     const bool masked = t.tile_masked(j);
     if (masked) t.clean(j);
 
-    // S = Q K^T: this warpgroup's 32 keys, 36 k-steps. Descriptors advance by adding the
-    // offset (in 16-byte units) to the address field: no carry below 256 KB.
-    const uint64_t dk = desc(sK + w * 32 * 128, 16, 1024);
+    // S = Q K^T: this warpgroup's 32 keys.
     float s[16];
-    fence();
-#pragma unroll
-    for (int kc = 0; kc < 9; ++kc)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t off = (kc * kPlane + kk * 32) >> 4;
-        Mma<32>::run<0, 0>(s, dq + off, dk + off, kc | kk);
-      }
-    commit();
+    issue_qk<32>(s, dq, desc(sK + w * 32 * 128, 16, 1024));
     // The next tile's gather goes out while the tensor cores work (before QK^T, the stalls of
     // a full cp.async queue would hold the MMAs back).
     t.next(j);
@@ -72,22 +61,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
         const int r = min(16 * wq + g + 8 * h, rows_valid - 1);
         word = s_mask[(j & 1) * kRows + (R0 + r) / p.heads - i_lo];
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float v = s[4 * i + 2 * h + e] * qk_scale;
-          if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
-          if (masked) {  // the one or two tiles at the tree rows
-            const int key = 32 * w + 8 * i + 2 * t4 + e;
-            if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);
-            if (!((word >> key) & 1)) v = -INFINITY;
-          }
-          s[4 * i + 2 * h + e] = v;
-          mx[h] = nan_max(mx[h], v);
-        }
-      mx[h] = nan_max(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-      mx[h] = nan_max(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      mx[h] = quad_max(scale_row(s, h, qk_scale, masked, word, bad, 32 * w, t4));
       if (t4 == 0) s_max[w * kRows + 16 * wq + g + 8 * h] = mx[h];
     }
     __syncthreads();  // both warpgroups' maxima visible
@@ -102,19 +76,14 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
       m_run[h] = mn;
       l_run[h] *= corr[h];
     }
-    if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {  // the maxima settle early
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= corr[(i >> 1) & 1];
-    }
+    rescale(o, corr);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float p0 = ex2(s[4 * i + 2 * h] - mu[h]);
-        const float p1 = ex2(s[4 * i + 2 * h + 1] - mu[h]);
-        l_run[h] += p0 + p1;
+        const uint32_t pp = exp_pair(s, i, h, mu[h], l_run[h]);
         const int r = 16 * wq + g + 8 * h;
-        st_shared_b32(sP + r * 128 + ((((4 * w + i) ^ r) & 7) << 4) + t4 * 4, pack_bf16(p0, p1));
+        st_shared_b32(sP + r * 128 + ((((4 * w + i) ^ r) & 7) << 4) + t4 * 4, pp);
       }
     fence_smem();
     __syncthreads();  // P visible to both warpgroups
@@ -132,25 +101,9 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wg(Params p, TcArgs a) {
 
   // Row sums over the quad and the two warpgroups.
   __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t4 == 0) s_max[w * kRows + 16 * wq + g + 8 * h] = l;
-  }
+  post_row_sums(s_max, l_run, w, wq, g, t4);
   __syncthreads();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * wq + g + 8 * h;
-    if (r >= rows_valid) continue;
-    const RowEnd end = row_end(s_max[r] + s_max[kRows + r], m_run[h]);
-    const int rg = R0 + r;
-    OutRow dst(p, a, t.wk.slot, b, rg, 256 * w + 2 * t4);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dst.put(8 * i, o[4 * i + 2 * h] * end.inv, o[4 * i + 2 * h + 1] * end.inv);
-    if (w == 0 && t4 == 0) dst.lse(end.lse2);
-  }
+  store_rows<false>(p, a, t.wk.slot, t.wk.b, R0, rows_valid, s_max, m_run, o, nullptr, w, wq, g, t4);
 #else
   __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
 #endif

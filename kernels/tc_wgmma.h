@@ -63,6 +63,28 @@ __device__ __forceinline__ void pin(float (&d)[K]) {
 #pragma unroll
   for (int i = 0; i < K; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// The dynamic shared memory from its first 1024-aligned byte (the planes' swizzle phase):
+// returns it as a pointer, sbase as a 32-bit shared address.
+__device__ __forceinline__ uint8_t* smem_aligned(uint8_t* raw, uint32_t& sbase) {
+  const uint32_t sraw = smem_u32(raw);
+  sbase = (sraw + 1023) & ~1023u;
+  return raw + (sbase - sraw);
+}
+// D = A B^T over all 576 dims, 36 k-steps of m64nCk16, A and B K-major chunk-major planes
+// (issued and committed, not waited). Descriptors advance by adding the offset (in 16-byte
+// units) to the address field: no carry below 256 KB.
+template <int C>
+__device__ __forceinline__ void issue_qk(float (&d)[C / 2], uint64_t da, uint64_t db) {
+  fence();
+#pragma unroll
+  for (int kc = 0; kc < 9; ++kc)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t off = (kc * kPlane + kk * 32) >> 4;
+      Mma<C>::template run<0, 0>(d, da + off, db + off, kc | kk);
+    }
+  commit();
+}
 // The block's keys and their gather, shared by the sm_90a kernels (tc_attn_wg, tc_attn_wgt):
 // the work (block_work), the group's query rows loaded once, tiles of N keys walked from the
 // top of the range down, each gathered by cp.async into the chunk-major planes above (one row

@@ -16,9 +16,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wgt(Params p, TcArgs a) {
   constexpr int CO = NR / 4;  // O^T columns a thread holds (of the group's NR)
   static_assert(NW % 8 == 0 && NR <= kRows, "wgmma N: a multiple of 8; 64 rows of Q planes");
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t sraw = smem_u32(smem_raw);
-  const uint32_t sbase = (sraw + 1023) & ~1023u;
-  uint8_t* smem = smem_raw + (sbase - sraw);
+  uint32_t sbase;
+  uint8_t* smem = smem_aligned(smem_raw, sbase);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int w = warp >> 2, wq = warp & 3;  // warpgroup; warp within it (keys 16 wq .. of S^T)
   const int g = lane >> 2, t4 = lane & 3;
@@ -60,17 +59,8 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wgt(Params p, TcArgs a) {
     // S^T = K Q^T: 64 keys x NW rows, 36 k-steps, both operands K-major (transpose bits 0),
     // SBO 1024 (8-row groups), a k-step 32 bytes into the 128-byte rows of a plane, the
     // layout tc_attn_wg's S = Q K^T reads.
-    const uint64_t dk = desc(sK, 16, 1024);
     float s[NW / 2];
-    fence();
-#pragma unroll
-    for (int kc = 0; kc < 9; ++kc)
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t off = (kc * kPlane + kk * 32) >> 4;
-        Mma<NW>::template run<0, 0>(s, dk + off, dq + off, kc | kk);
-      }
-    commit();
+    issue_qk<NW>(s, desc(sK, 16, 1024), dq);
     t.next(j);  // tile j + 1's gather goes out while the tensor cores work
     wait_all();
     pin(s);

@@ -10,9 +10,8 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace ws;
   extern __shared__ __align__(128) uint8_t smem_raw[];
-  const uint32_t sraw = smem_u32(smem_raw);
-  const uint32_t sbase = (sraw + 1023) & ~1023u;
-  uint8_t* smem = smem_raw + (sbase - sraw);
+  uint32_t sbase;
+  uint8_t* smem = smem_aligned(smem_raw, sbase);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   Work wk;
@@ -143,7 +142,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
       mbar_wait(full0, par, abort);
       fence_smem();
-      issue_qk(s, dq, stage(0));
+      issue_qk<64>(s, dq, desc(stage(0), 16, 1024));  // S of the whole tile
       wait_all();
       pin(s);
       if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
@@ -177,7 +176,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       bar_sync<kBarS0, kConsumerThreads>();
       mbar_wait(full0 + 8, par, abort);
       fence_smem();
-      issue_qk(s, dq, stage(1));
+      issue_qk<64>(s, dq, desc(stage(1), 16, 1024));
       // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
       issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
       // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
@@ -214,25 +213,9 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   }
 
   // Row sums over the quad and the two warpgroups (both hold the same final maximum).
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float l = l_run[h];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (t4 == 0) s_l[w * kRows + 16 * wq + g + 8 * h] = l;
-  }
+  post_row_sums(s_l, l_run, w, wq, g, t4);
   bar_sync<kBarEnd, kConsumerThreads>();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * wq + g + 8 * h;
-    if (r >= bk.rows_valid) continue;
-    RowEnd end = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
-    if (*abort) end.inv = end.lse2 = __int_as_float(0x7fffffff);  // a wait timed out: never a plausible result
-    OutRow dst(p, a, wk.slot, wk.b, bk.R0 + r, 256 * w + 2 * t4);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dst.put(8 * i, o[4 * i + 2 * h] * end.inv, o[4 * i + 2 * h + 1] * end.inv);
-    if (w == 0 && t4 == 0) dst.lse(end.lse2);
-  }
+  store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);  // abort: a wait timed out
 #else
   __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
 #endif

@@ -3,7 +3,7 @@
 // What tc runs on compute capability 9.0 (path 3) but where every element's keys fit in two
 // tiles (kernels/tc.cu says why, with the H200's measurements).
 #pragma once
-#include "tc_wgmma.h"
+#include "tc_wgmma_rows.h"
 
 namespace verify_attn {
 namespace {
@@ -124,11 +124,19 @@ static_assert(kBaseBytes == 224872 && kBaseBytes + 4 * kMaxQLen <= 232448,
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 using wg::commit;
 using wg::desc;
+using wg::exp_pair;
 using wg::fence;
 using wg::fence_smem;
+using wg::issue_qk;
 using wg::Mma;
 using wg::mma_rs256;
 using wg::pin;
+using wg::post_row_sums;
+using wg::quad_max;
+using wg::rescale;
+using wg::scale_row;
+using wg::smem_aligned;
+using wg::store_rows;
 using wg::wait_all;
 // mbarrier and named-barrier PTX (PTX ISA: mbarrier, cp.async.mbarrier.arrive, bar/barrier,
 // setmaxnreg; the same forms as CUTLASS include/cutlass/arch/barrier.h and reg_reconfig.h).
@@ -196,30 +204,6 @@ struct Block {
   __device__ bool tile_masked(int j) const { return tile_t0(j) + N > mask_from; }
 };
 
-// Row h of this thread's part of a tile's scores (s[4 i + 2 h + e], key 8 i + 2 t4 + e): to
-// log2 units, non-finite scores NaN; on a masked tile (the one or two at the tree rows) keys
-// with a non-finite cache value NaN and keys the row cannot see -inf. Returns the maximum
-// (max.NaN). Two instances, so that the unmasked tiles run no mask test.
-template <bool kMasked>
-__device__ __forceinline__ float scale_row(float (&s)[32], int h, float qk_scale, uint64_t word, uint64_t bad, int t4) {
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < 8; ++i)
-#pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      float v = s[4 * i + 2 * h + e] * qk_scale;
-      if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
-      if (kMasked) {
-        const int key = 8 * i + 2 * t4 + e;
-        if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);
-        if (!((word >> key) & 1)) v = -INFINITY;
-      }
-      s[4 * i + 2 * h + e] = v;
-      mx = nan_max(mx, v);
-    }
-  return mx;
-}
-
 // One tile's softmax in a consumer warpgroup: s[32] is S of the tile (accumulator layout:
 // s[4 i + 2 h + e] is row 16 wq + g + 8 h, key 8 i + 2 t4 + e), the chain's maximum before
 // it m_prev. Out: the maximum after it mn (possibly -inf or NaN), the rescale factor sc of
@@ -238,14 +222,13 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float mx;
-    if (masked) {
+    if (masked) {  // two instances, so that the unmasked tiles run no mask test
       const int r = min(16 * wq + g + 8 * h, bk.rows_valid - 1);
-      mx = scale_row<true>(s, h, qk_scale, s_mask[(bk.R0 + r) / bk.heads - bk.i_lo], bad, t4);
+      mx = scale_row(s, h, qk_scale, true, s_mask[(bk.R0 + r) / bk.heads - bk.i_lo], bad, 0, t4);
     } else {
-      mx = scale_row<false>(s, h, qk_scale, ~0ull, 0, t4);
+      mx = scale_row(s, h, qk_scale, false, ~0ull, 0, 0, t4);
     }
-    mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    mx = nan_max(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = quad_max(mx);
     mn[h] = nan_max(m_prev[h], mx);
     mu[h] = mn[h] == -INFINITY ? 0.f : mn[h];
     sc[h] = ex2(m_prev[h] - mu[h]);
@@ -254,12 +237,7 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float p0 = ex2(s[4 * i + 2 * h] - mu[h]);
-      const float p1 = ex2(s[4 * i + 2 * h + 1] - mu[h]);
-      sum[h] += p0 + p1;
-      pa[4 * (i >> 1) + 2 * (i & 1) + h] = pack_bf16(p0, p1);
-    }
+    for (int h = 0; h < 2; ++h) pa[4 * (i >> 1) + 2 * (i & 1) + h] = exp_pair(s, i, h, mu[h], sum[h]);
   // Every warp's S of the tile is done: its rope plane is free.
   if (w == 0) bar_sync<kBarWg, 128>();
   else bar_sync<kBarWg + 1, 128>();
@@ -272,19 +250,6 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
     }
 }
 
-// S = Q K^T of a whole tile: 64 rows x 64 keys, 36 k-steps (issued and committed, not waited).
-__device__ __forceinline__ void issue_qk(float (&s)[32], uint64_t dq, uint32_t sK) {
-  const uint64_t dk = desc(sK, 16, 1024);
-  fence();
-#pragma unroll
-  for (int kc = 0; kc < 9; ++kc)
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t off = (kc * wg::kPlane + kk * 32) >> 4;
-      Mma<64>::run<0, 0>(s, dq + off, dk + off, kc | kk);
-    }
-  commit();
-}
 // O += P V over this warpgroup's 256 columns (planes 4 w .. 4 w + 3 of stage sK): P from
 // registers (pa) or from the swizzled plane sP.
 __device__ __forceinline__ void issue_pv_rs(float (&o)[128], const uint32_t (&pa)[16], uint32_t sK, int w) {
@@ -301,13 +266,6 @@ __device__ __forceinline__ void issue_pv_ss(float (&o)[128], uint32_t sP, uint32
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) Mma<256>::run<0, 1>(o, dp + ((kk * 32) >> 4), dv + ((kk * 16 * 128) >> 4), 1);
   commit();
-}
-// O *= sc per row (skipped when no factor of the warp differs from 1: the maxima settle early).
-__device__ __forceinline__ void rescale(float (&o)[128], const float (&sc)[2]) {
-  if (__any_sync(0xffffffffu, sc[0] != 1.f || sc[1] != 1.f)) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= sc[(i >> 1) & 1];
-  }
 }
 // The other warpgroup's tile into this warpgroup's O columns: its factor and maximum once
 // posted (named barrier Bar; s_m, s_sc: that warpgroup's rows), then O += P V from the rope

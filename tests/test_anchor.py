@@ -113,6 +113,8 @@ def test_the_spread_goals_judge_what_report_judges():
     assert [r["point"] for r in quick] == ["64 9 2048 tc"]
     assert [r["point"] for r in every] == [] and "3 judged points of 0.02 ms or more" in words
     rows += [row("Heads16", (9, 16384, "tc_mma"), 0.025), row("Chain", (8, 9, 2048, "tc_mma"), 0.001)]
+    for r in rows:
+        r["track_time"] = 2 * r["track_time_vs_anchor"]
     assert spread.by_kernel(rows) == [
         "# tc_mma: 3 grid points, x anchor largest 2.50%, median 1.90%, 2 over 1%, 1 over 2%; "
-        "raw largest 2.50%, median 1.90%"]
+        "raw largest 5.00%, median 3.80%"]

@@ -162,24 +162,24 @@ def test_backfill_measures_each_commit_with_its_own_suite(tmp_path):
 
 def test_gpu_start_records_one_start_of_a_commit_for_spread(tmp_path):
     """.ci/gpu_start: the commit's benchmarks in a throwaway clone, the result file and the log
-    in the out folder, the checkout untouched; two such files make a spread."""
+    in the out folder, the checkout's results/ untouched; two such runs make a spread."""
     from conftest import checkout_copy
 
     repo, env = checkout_copy(tmp_path, history=True)
     env = dict(env, PYTHON=sys.executable, VERIFY_ATTN_ANCHOR=git_out(repo, "rev-parse", "HEAD"))
-    head = git_out(repo, "rev-parse", "--short=8", "HEAD")
-    out = tmp_path / "start1"
-    proc = subprocess.run(["bash", ".ci/gpu_start", "HEAD", str(out), "Quick"], cwd=repo, env=env,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    files = sorted(p.name for p in out.glob("*-reuse-*.json"))
-    assert files == [f"{head}-reuse-py{sys.version_info.major}.{sys.version_info.minor}.json"], sorted(os.listdir(out))
-    assert "Quick" in (out / "run.log").read_text()
-    assert git_out(repo, "status", "--porcelain") == ""
-    spread = subprocess.run([sys.executable, "-m", "verify_attn", "spread", str(out / files[0]), str(out / files[0])],
-                            cwd=repo, env=env, capture_output=True, text=True)
-    assert spread.returncode == 0 and "# Quick: 4 points, largest spread raw 0.00%, x anchor 0.00%" in spread.stdout, \
-        spread.stdout + spread.stderr
+    head = git_out(repo, "rev-parse", "HEAD")[:8]
+    name = f"{head}-reuse-py{sys.version_info.major}.{sys.version_info.minor}.json"
+    for start in ("start1", "start2"):
+        proc = subprocess.run(["bash", ".ci/gpu_start", "HEAD", str(tmp_path / start), "Quick"], cwd=repo, env=env,
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        assert sorted(p.name for p in (tmp_path / start).glob("*-reuse-*.json")) == [name]
+        assert "Quick" in (tmp_path / start / "run.log").read_text()
+    assert git_out(repo, "status", "--porcelain") == ""  # the clone ran it: this checkout's .asv/ and results/ as they were
+    spread = subprocess.run([sys.executable, "-m", "verify_attn", "spread", str(tmp_path / "start1" / name),
+                             str(tmp_path / "start2" / name)], cwd=repo, env=env, capture_output=True, text=True)
+    assert f"# {head}, 2 runs" in spread.stdout and "# Quick: 4 points" in spread.stdout, spread.stdout + spread.stderr
+    assert spread.returncode in (0, 1)  # two processes of a 2-core CPU may spread past the GPU's goals
     bad = subprocess.run(["bash", ".ci/gpu_start", "no-such-commit", str(tmp_path / "x")], cwd=repo, env=env,
                          capture_output=True, text=True)
-    assert bad.returncode == 2 and "cannot check out no-such-commit" in bad.stderr
+    assert bad.returncode == 64 and "cannot check out no-such-commit" in bad.stderr

@@ -78,3 +78,78 @@ def test_the_device_is_decided_without_torch():
     device, built_with_cuda, imported = out.split()
     assert device == expected and built_with_cuda == str(torch.version.cuda is not None)
     assert imported == "False" or built_with_cuda == "True"  # a CUDA torch may be asked (no NVML)
+
+
+def test_serving_chain_times_tc_beside_flashmla_on_ragged_chain_batches(monkeypatch):
+    """ServingChain: the serving batches as chain trees in a contiguous cache whose rows reach
+    each element's last 64-token page (what FlashMLA reads in place), tc and FlashMLA only;
+    measured here on the CPU with short prefixes and flash let in (tc and FlashMLA have no CPU
+    form: they skip with their reasons)."""
+    import torch
+
+    from verify_attn import cases, grid, suite
+    from verify_attn.shapes import is_chain
+
+    sel = grid.SELECTIONS["cuda"]["serving_chain"]
+    assert (sel.tree, sel.paged, sel.pad_to) == ("chain", False, 64)
+    assert sel.points() == grid.SELECTIONS["cuda"]["serving"].points()
+    assert grid.impls_of("serving_chain", ["tc", "flashmla", "flash", "torch", "naive"]) == ["tc", "flashmla"]
+
+    case = cases.serving_case(8, 16, 9, tree="chain", paged=False, pad_to=64)
+    assert case.name == "serving_b8_h16_q9_chain" and case.prefix_lens == cases.serving_prefixes(8)
+    assert len(set(case.prefix_lens)) == 8 and case.kv_cols % 64 == 0 and case.kv_cols >= max(case.prefix_lens) + 9
+
+    monkeypatch.delenv("VERIFY_ATTN_GRID", raising=False)
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")
+    monkeypatch.setitem(grid.SELECTIONS["cpu"], "serving_chain",
+                        grid.dataclasses.replace(sel, batches=(3,), heads=(8,), q_lens=(9,),
+                                                 exclude=tuple(i for i in sel.exclude if i != "flash")))
+    monkeypatch.setattr(cases, "serving_prefixes", lambda batch: (70, 5, 130)[:batch])
+    inputs = cases.make_inputs(cases.serving_case(3, 8, 9, tree="chain", paged=False, pad_to=64))
+    assert inputs.kv.shape[1] == 192 and inputs.kv_indices is None
+    assert all(is_chain(p) for p in inputs.parent.tolist()) and inputs.prefix_lens.tolist() == [70, 5, 130]
+    assert torch.isfinite(inputs.kv).all()  # FlashMLA multiplies the rows past kv_len by a zero probability
+    from verify_attn import flashmla
+
+    pages, table = flashmla.pages(inputs.kv)  # read in place as FlashMLA's 64-token pages
+    assert table.tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]] and pages.shape[:2] == (9, 64)
+    out = suite.measure_serving("serving_chain")
+    assert set(out["results"]) == {(3, 8, 9, i) for i in ("tc", "flashmla", "flash")}
+    flash = out["results"][(3, 8, 9, "flash")]
+    assert flash["skipped"] == "" and flash["ok"] and len(flash["samples"]) >= 2 and flash["plan"] is None
+    assert "no cpu implementation" in out["results"][(3, 8, 9, "tc")]["skipped"]
+    assert out["results"][(3, 8, 9, "flashmla")]["skipped"]
+
+
+def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch):
+    """verify_attn.repeat: a judged kernel's short calls are checked and timed beside the twin
+    again in another process, and their samples and drift-free values pooled with the first
+    process's (on the CPU with the limit raised: there no point is short and one process runs)."""
+    from verify_attn import anchor, repeat, suite
+
+    assert repeat.PROCESSES["cpu"] == 1 and repeat.PROCESSES["cuda"] > 1
+    monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    monkeypatch.setenv(anchor.ENV, "HEAD")
+    monkeypatch.setattr(anchor, "_state", {})
+    monkeypatch.setitem(repeat.PROCESSES, "cpu", 2)
+    monkeypatch.setattr(repeat, "SHORT_CALL_S", 10.0)
+    import statistics
+
+    out = suite.measure_grid(None, "full")
+    assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
+    quick = suite.measure_grid(None, "quick")
+    suite.repeat_short({"full": out, "quick": quick})
+    assert all("processes" not in e for e in quick["results"].values())  # Quick's 48 samples: not repeated
+    timed = {k: e for k, e in out["results"].items() if not e["skipped"]}
+    assert sorted(timed) == [(8, 9, p, i) for p in (0, 2048) for i in ("flash", "naive")]  # no CPU form of the rest
+    for key, e in timed.items():
+        # the CPU timer's 7 samples a process, one drift-free value a round at an odd count
+        assert e["processes"] == 2 and len(e["samples"]) == 14 and len(e["anchor"]) == 14, key
+        assert e["median"] == statistics.median(e["samples"]) and e["ok"]
+
+    results = {(8, 9, 0, "flash"): {"samples": [1.0, 1.0], "anchor": [1.0], "median": 1.0, "dropped": 0, "ok": True}}
+    repeat.pool(results, {(8, 9, 0, "flash"): {"ok": False, "reason": "max_rel 2.1", "skipped": ""}})
+    assert not results[(8, 9, 0, "flash")]["ok"] and "failed in a repeat process: max_rel 2.1" in \
+        results[(8, 9, 0, "flash")]["reason"]

@@ -24,6 +24,12 @@ def test_samples_measure_the_call():
     assert timing.asv() == {"samples": timing.samples, "number": timing.number}
 
 
+def test_one_call_is_timed_to_its_end():
+    done = []
+    took = Timer("cpu").call_s(lambda: time.sleep(0.003) or done.append(1))
+    assert done == [1] and 0.003 <= took < 0.5
+
+
 def test_a_slow_call_is_warmed_twice_not_over_every_input_set():
     """A call over slow_call_s: two warm-up calls of the first input set, then slow_samples
     samples of one call each; a call that is slow only the first time is calibrated as fast."""

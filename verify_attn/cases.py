@@ -153,11 +153,13 @@ def serving_prefixes(batch: int, shortest: int = 1024, longest: int = 65536) -> 
     return tuple(spread[k] for k in order)
 
 
-def serving_case(batch: int, heads: int, q_len: int) -> Case:
-    """A serving step: a batch of random verification trees with ragged prefixes in a paged
-    pool of one-token pages with shuffled rows."""
-    return Case(f"serving_b{batch}_h{heads}_q{q_len}", batch, heads, q_len, serving_prefixes(batch), "random",
-                paged=True, large=True)
+def serving_case(batch: int, heads: int, q_len: int, tree: str = "random", paged: bool = True,
+                 pad_to: int = 1) -> Case:
+    """A serving step: a batch of verification trees with ragged prefixes; by default random
+    trees in a paged pool of one-token pages with shuffled rows (a chain tree in a contiguous
+    cache padded to 64 rows is the form FlashMLA reads)."""
+    name = f"serving_b{batch}_h{heads}_q{q_len}" + (f"_{tree}" if tree != "random" else "")
+    return Case(name, batch, heads, q_len, serving_prefixes(batch), tree, paged=paged, large=True, pad_to=pad_to)
 
 
 def _named() -> dict[str, Case]:

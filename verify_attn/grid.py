@@ -38,14 +38,18 @@ class Selection:
 
 @dataclasses.dataclass(frozen=True)
 class Serving:
-    """Serving steps: batches of random trees with ragged prefixes (1K to 64K, spread over
-    the batch) in a paged pool with shuffled rows (verify_attn.cases.serving_case)."""
+    """Serving steps: batches of ragged prefixes (1K to 64K, spread over the batch), random
+    trees in a paged pool with shuffled rows, or chain trees in a contiguous cache padded to
+    FlashMLA's pages (verify_attn.cases.serving_case)."""
 
     batches: tuple[int, ...]
     heads: tuple[int, ...]
     q_lens: tuple[int, ...]
     impls: str = "all"
     exclude: tuple[str, ...] = ()
+    tree: str = "random"
+    paged: bool = True
+    pad_to: int = 1
 
     def points(self) -> list[tuple[int, int, int]]:
         return [(b, h, q) for b in self.batches for h in self.heads for q in self.q_lens]
@@ -67,6 +71,10 @@ CHAIN_ONLY = tuple(n for n, i in registry.IMPLS.items() if i.trees == "chain")
 CHAIN = Selection(HEADS, (9, 65), (2048, 16384, 65536), exclude=("naive", *VARIANTS), tree="chain", pad_to=64)
 # Naive stays at batch 1: at batch 32 it would take seconds a call.
 SERVING = Serving((8, 32), (16, 64), (9, 33), exclude=("naive", *VARIANTS, *CHAIN_ONLY))
+# The same steps as chain trees in a contiguous cache padded to 64-token pages, the form FlashMLA
+# reads: tc against FlashMLA on ragged batches (the others are timed on SERVING's trees).
+SERVING_CHAIN = dataclasses.replace(SERVING, exclude=tuple(n for n in registry.names() if n not in ("tc", "flashmla")),
+                                    tree="chain", paged=False, pad_to=64)
 NO_SERVING = Serving((), (), ())
 # What each asv class measures, by device. The CPU grid is what 2 cores finish in minutes.
 SELECTIONS = {
@@ -84,6 +92,7 @@ SELECTIONS = {
         "cold": Selection((64,), (9,), (2048, 16384), exclude=(*VARIANTS, *CHAIN_ONLY)),
         "chain": CHAIN,
         "serving": SERVING,
+        "serving_chain": SERVING_CHAIN,
     },
     "cpu": {
         "full": Selection((8, 16), (9, 17), (0, 2048), exclude=(*VARIANTS, *CHAIN_ONLY)),
@@ -91,10 +100,12 @@ SELECTIONS = {
         "cold": NONE,
         "chain": Selection((8,), (9,), (2048,), exclude=("naive", *VARIANTS), tree="chain", pad_to=64),
         "serving": NO_SERVING,  # ragged prefixes up to 64K: seconds a call on 2 cores
+        "serving_chain": NO_SERVING,
     },
     # VERIFY_ATTN_GRID=tiny (the end-to-end tests): two points.
     "tiny": {"full": Selection((8,), (9,), (0, 2048), "under_test"), "quick": Selection((8,), (9,), (0, 2048), "under_test", GATED_ONLY),
-             "cold": NONE, "chain": NONE, "serving": NO_SERVING},
+             "cold": NONE, "chain": NONE, "serving": NO_SERVING,
+             "serving_chain": NO_SERVING},
 }
 
 # The baseline is not run where a call computes more scores than this (heads x q_len x keys):
@@ -122,6 +133,7 @@ COLD_PARAMS = tuple(tuple(sorted({pt[k] for table in SELECTIONS.values() for pt 
 QUICK_PARAMS = tuple(tuple(sorted({pt[k] for table in SELECTIONS.values() for pt in table["quick"].points()}))
                      for k in range(3))  # heads, q_lens, prefix_lens
 SERVING_PARAMS = (SERVING.batches, SERVING.heads, SERVING.q_lens)
+SERVING_CHAIN_PARAMS = (SERVING_CHAIN.batches, SERVING_CHAIN.heads, SERVING_CHAIN.q_lens)
 
 
 def impls_of(variant: str, ordered) -> list[str]:

@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from . import anchor, build, candidate, cases, grid, parity, prebuild, registry
+from . import anchor, build, candidate, cases, grid, parity, prebuild, registry, repeat
 from .gpu import device  # decided without torch: the benchmark modules ask at import (verify_attn.gpu)
 from .machine import peaks
 from .measure import measure_case
@@ -22,7 +22,7 @@ from .timer import Timer
 
 
 def selection(variant: str = "full"):
-    """What a variant (full, quick, cold, chain, serving) measures on this device
+    """What a variant (full, quick, cold, chain, serving, serving_chain) measures on this device
     (VERIFY_ATTN_GRID=tiny: two points)."""
     table = "tiny" if os.environ.get("VERIFY_ATTN_GRID") == "tiny" else device()
     return grid.SELECTIONS.get(table, grid.SELECTIONS["cpu"])[variant]
@@ -94,12 +94,14 @@ def progress(line: str) -> None:
         f.write(line + "\n")
 
 
-def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bool = True) -> dict:
+def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bool = True,
+                 only: dict | None = None) -> dict:
     """Measure every point of the variant's selection at these head counts (None: all of the
-    selection's); timed=False checks every point and times none."""
+    selection's); timed=False checks every point and times none; only ({point: [impl, ...]}):
+    just those implementations at just those points (verify_attn.repeat's processes)."""
     prebuild.start(needs(variant))
     sel = selection(variant)
-    points = [pt for pt in sel.points() if heads is None or pt[0] in heads]
+    points = [pt for pt in sel.points() if (heads is None or pt[0] in heads) and (only is None or pt in only)]
     heads = tuple(sorted({h for h, _, _ in points})) if heads is None else tuple(heads)
     dev = device()
     peak = peaks(dev)
@@ -108,7 +110,8 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
         case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
-        left_out = {i: grid.not_run(i, h, q_len, prefix) for i in impls(variant)}
+        chosen = impls(variant) if only is None else only[(h, q_len, prefix)]
+        left_out = {i: grid.not_run(i, h, q_len, prefix) for i in chosen}
         run = [i for i, why in left_out.items() if not why]
         for impl, r in measure_case(case, run, tm, timed=timed, anchor_ns=anchored() if timed else None).items():
             out["results"][(h, q_len, prefix, impl)] = _entry(r, peak)
@@ -118,6 +121,19 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
         progress(f"[verify_attn] {variant} heads={h} case {n}/{len(points)} q_len={q_len} "
                  f"prefix_len={prefix} ({time.perf_counter() - t0:.0f} s)")
     return out
+
+
+def repeat_short(measured: dict) -> None:
+    """Time the short points of these measurements ({variant: measure_grid's result}) again in
+    fresh processes and pool them in (verify_attn.repeat), one set of processes for them all."""
+    if not anchored():
+        return
+    t0 = time.perf_counter()
+    processes = repeat.PROCESSES.get(device(), 1)
+    pooled = repeat.extend({v: m["results"] for v, m in measured.items()}, processes)
+    if pooled:
+        progress(f"[verify_attn] {', '.join(measured)}: {pooled} short points timed in {processes} processes "
+                 f"({time.perf_counter() - t0:.0f} s)")
 
 
 def measure_quick() -> dict:
@@ -142,10 +158,11 @@ def measure_quick() -> dict:
     return measure_grid(None, "quick", timed=not failed) | {"named": named, "untimed": untimed}
 
 
-def measure_serving() -> dict:
-    """Measure every serving step of this device's selection, keyed (batch, heads, q_len, impl)."""
-    prebuild.start(needs("serving"))
-    sel = selection("serving")
+def measure_serving(variant: str = "serving") -> dict:
+    """Measure every serving step of this device's selection of the variant (serving or
+    serving_chain), keyed (batch, heads, q_len, impl)."""
+    prebuild.start(needs(variant))
+    sel = selection(variant)
     peak = peaks(device())
     # A serving step takes 0.3-2 ms: samples of 1-3 calls left tc's pairs 1-3% apart from one
     # machine start to the next; 10 ms samples average 5-30 calls.
@@ -153,9 +170,9 @@ def measure_serving() -> dict:
     out = {"device": device(), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (batch, heads, q_len) in enumerate(sel.points(), 1):
-        case = cases.serving_case(batch, heads, q_len)
-        for impl, r in measure_case(case, impls("serving"), tm, anchor_ns=anchored()).items():
+        case = cases.serving_case(batch, heads, q_len, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to)
+        for impl, r in measure_case(case, impls(variant), tm, anchor_ns=anchored()).items():
             out["results"][(batch, heads, q_len, impl)] = _entry(r, peak)
-        progress(f"[verify_attn] serving case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
+        progress(f"[verify_attn] {variant} case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "
                  f"({time.perf_counter() - t0:.0f} s)")
     return out

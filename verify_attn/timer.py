@@ -95,6 +95,13 @@ class Timer:
         if self.cuda:
             torch.cuda.synchronize()
 
+    def call_s(self, call: Callable) -> float:
+        """One call's wall time, the device synchronized after it."""
+        t0 = time.perf_counter()
+        call()
+        self._sync()
+        return time.perf_counter() - t0
+
     def _calibrate(self, calls: Sequence[Callable]) -> tuple[int, float, float]:
         """Warm up; return calls per sample, the host's enqueue time per call and the time per call.
         A call slower than slow_call_s (a first call may carry one-time costs, so a second one

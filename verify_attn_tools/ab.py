@@ -98,18 +98,6 @@ def judge(base: list[float], head: list[float], factor: float, alpha: float = AL
     return "same", ratio, slower, p
 
 
-def warm_call_s(call, device: str) -> float:
-    """One call's time once the check has run it: the check's own call carries one-time costs
-    (flash's 1.4 ms CPU call read over SLOW_CALL_S there), which would cut its pairs to 10."""
-    t0 = time.perf_counter()
-    call()
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 def quartiles(values: list[float]) -> tuple[float, float]:
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q3
@@ -139,7 +127,9 @@ def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor:
             continue
         base_calls = [prepare(base, s) for s in sets]
         head_calls = [prepare(head, s) for s in sets]
-        timer.samples = (min(pairs, 10) if warm_call_s(head_calls[0], timer.device) > SLOW_CALL_S else pairs) // 2
+        # A call timed after the check has run it: the check's own call carries one-time costs
+        # (flash's 1.4 ms CPU call read over SLOW_CALL_S there), which would cut its pairs to 10.
+        timer.samples = (min(pairs, 10) if timer.call_s(head_calls[0]) > SLOW_CALL_S else pairs) // 2
         # A sample dropped for a low SM clock is retaken after the other's: that pair is a
         # sample apart, which moves nothing the sign test relies on.
         one = timer.time_many({"base": base_calls, "head": head_calls})

@@ -38,6 +38,8 @@ HEADLINE = (
     ("Chain", {"heads": 64, "q_len": 65, "prefix_len": 65536}),
     ("Serving", {"batch": 32, "heads": 64, "q_len": 9}),
     ("Serving", {"batch": 8, "heads": 64, "q_len": 9}),
+    ("ServingChain", {"batch": 32, "heads": 64, "q_len": 9}),
+    ("ServingChain", {"batch": 8, "heads": 16, "q_len": 9}),
     ("Quick", {"heads": 64, "q_len": 9, "prefix_len": 65536}),
 )
 IMPLS = ("tc", "tc_mma", "tc_wgmma", "flashmla", "flash", "torch", "naive")  # row order within a shape
@@ -434,6 +436,7 @@ def _date(ms) -> str:
 
 def _shape_words(cls: str, shape: dict) -> str:
     what = {"Chain": "chain tree, batch 1 (FlashMLA's shapes)", "Serving": "serving step, ragged paged trees",
+            "ServingChain": "serving step, ragged chain trees (FlashMLA's form)",
             "Quick": "Quick: the pull-request gate's point"}.get(cls, cls)
     return f"{what}: " + ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in shape.items())
 

@@ -229,7 +229,7 @@ def plot_roofline(runs: list[Run], ceil: Ceilings | None, path: Path, machine: s
     if not xs:
         plt.close(fig)
         raise Skip("no track_time results of Heads8/16/64")
-    for run in reversed(runs):  # FlashMLA, where it ran: Chain only
+    for run in reversed(runs):  # FlashMLA, where it ran: Chain's batch-1 points
         chain, flops = run.grid("Chain", "track_time"), run.grid("Chain", "track_flops")
         bytes_ = run.grid("Chain", "track_bytes")
         pts = {h: [((flops[k], bytes_.get(k) or modelled_cost(h, q, p)[1]), t) for k, t in chain.items()
