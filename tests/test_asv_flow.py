@@ -160,26 +160,26 @@ def test_backfill_measures_each_commit_with_its_own_suite(tmp_path):
     assert any(isinstance(t, float) and t > 0 for t in times), times
 
 
-def test_gpu_start_records_one_start_of_a_commit_for_spread(tmp_path):
-    """.ci/gpu_start: the commit's benchmarks in a throwaway clone, the result file and the log
-    in the out folder, the checkout's results/ untouched; two such runs make a spread."""
+def test_backfill_out_records_one_start_of_a_commit_for_spread(tmp_path):
+    """`backfill --out`: the commit's benchmarks in a throwaway clone, the result file in
+    OUT/gpu<id>/ holding that run alone, the checkout's results/ untouched; two such runs make
+    a spread."""
     from conftest import checkout_copy
 
     repo, env = checkout_copy(tmp_path, history=True)
-    env = dict(env, PYTHON=sys.executable, VERIFY_ATTN_ANCHOR=git_out(repo, "rev-parse", "HEAD"))
-    head = git_out(repo, "rev-parse", "HEAD")[:8]
-    name = f"{head}-reuse-py{sys.version_info.major}.{sys.version_info.minor}.json"
+    head = git_out(repo, "rev-parse", "HEAD")
+    env = dict(env, VERIFY_ATTN_ANCHOR=head)
+    name = f"{head[:8]}-reuse-py{sys.version_info.major}.{sys.version_info.minor}.json"
     for start in ("start1", "start2"):
-        proc = subprocess.run(["bash", ".ci/gpu_start", "HEAD", str(tmp_path / start), "Quick"], cwd=repo, env=env,
-                              capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "verify_attn", "backfill", "0", "HEAD", "-b", "Quick", "--out",
+                               str(tmp_path / start)], cwd=repo, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-        assert sorted(p.name for p in (tmp_path / start).glob("*-reuse-*.json")) == [name]
-        assert "Quick" in (tmp_path / start / "run.log").read_text()
-    assert git_out(repo, "status", "--porcelain") == ""  # the clone ran it: this checkout's .asv/ and results/ as they were
-    spread = subprocess.run([sys.executable, "-m", "verify_attn", "spread", str(tmp_path / "start1" / name),
-                             str(tmp_path / "start2" / name)], cwd=repo, env=env, capture_output=True, text=True)
-    assert f"# {head}, 2 runs" in spread.stdout and "# Quick: 4 points" in spread.stdout, spread.stdout + spread.stderr
+        assert sorted(p.name for p in (tmp_path / start / "gpu0").glob("*.json")) == [name]
+    assert git_out(repo, "status", "--porcelain") == ""  # results/ as it was: backfill alone writes there
+    spread = subprocess.run([sys.executable, "-m", "verify_attn", "spread", str(tmp_path / "start1" / "gpu0" / name),
+                             str(tmp_path / "start2" / "gpu0" / name)], cwd=repo, env=env, capture_output=True, text=True)
+    assert f"# {head[:8]}, 2 runs" in spread.stdout and "# Quick: 4 points" in spread.stdout, spread.stdout + spread.stderr
     assert spread.returncode in (0, 1)  # two processes of a 2-core CPU may spread past the GPU's goals
-    bad = subprocess.run(["bash", ".ci/gpu_start", "no-such-commit", str(tmp_path / "x")], cwd=repo, env=env,
-                         capture_output=True, text=True)
-    assert bad.returncode == 64 and "cannot check out no-such-commit" in bad.stderr
+    refused = subprocess.run([sys.executable, "-m", "verify_attn", "backfill", "0", "--out", str(tmp_path / "x")],
+                             cwd=repo, env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "name them" in refused.stderr
