@@ -66,9 +66,9 @@ def judged(rows: list[dict]) -> list[dict]:
             and not any(u.search(series_name(r["class"], ANCHOR, r["combo"])) for u in unjudged)]
 
 
-def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
-    """Per goal: its words and the judged rows beyond it."""
-    mine_all = judged(rows)
+def verdicts(rows: list[dict], min_ms: float, kept: list[dict] | None = None) -> list[tuple[str, list[dict]]]:
+    """Per goal: its words and the judged rows beyond it (kept: judged(rows), if already made)."""
+    mine_all = judged(rows) if kept is None else kept
     out = []
     for cls, limit in GOALS:
         mine = [r for r in mine_all if cls is None or r["class"] == cls]
@@ -78,10 +78,10 @@ def verdicts(rows: list[dict], min_ms: float) -> list[tuple[str, list[dict]]]:
     return out
 
 
-def by_kernel(rows: list[dict]) -> list[str]:
+def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
     """Per kernel, over the judged points outside Quick: how many, the largest and the median
     spread x anchor, how many beyond 1% and 2%, the largest and the median raw spread."""
-    grid = [r for r in judged(rows) if r["class"] != "Quick"]
+    grid = [r for r in (judged(rows) if kept is None else kept) if r["class"] != "Quick"]
     out = []
     for impl in sorted({r["combo"][-1] for r in grid}):
         a = [r["track_time_vs_anchor"] for r in grid if r["combo"][-1] == impl]
@@ -114,10 +114,11 @@ def main(argv=None) -> int:
         mine = [r for r in rows if r["class"] == cls]
         print(f"# {cls}: {len(mine)} points, largest spread raw {100 * max(r['track_time'] for r in mine):.2f}%, "
               f"x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
-    for line in by_kernel(rows):
+    kept = judged(rows)  # accepted.json read once
+    for line in by_kernel(rows, kept):
         print(line)
     met = True
-    for words, beyond in verdicts(rows, args.min_ms):
+    for words, beyond in verdicts(rows, args.min_ms, kept):
         met &= not beyond
         print(f"# goal, {words}: " + ("met" if not beyond else "NOT met at " + ", ".join(
             f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}%" for r in beyond)))
