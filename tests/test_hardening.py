@@ -303,7 +303,7 @@ def interrupt(tmp_path: Path, patch: str, argv: list[str], sig=signal.SIGTERM, g
 def test_interrupted_backfill_ends_its_shards_and_removes_its_clones(tmp_path):
     code, err = interrupt(tmp_path, """
         from verify_attn_tools import backfill
-        backfill.shard_script = lambda mine, machine, bench: f"sleep {SLEEP}; true"
+        backfill.shard_script = lambda mine, machine, bench, fresh=False: f"sleep {SLEEP}; true"
         """, ["backfill", "0", "HEAD"])
     assert code == 130, err
 
