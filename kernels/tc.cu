@@ -36,6 +36,13 @@ constexpr int kPathWgmmaWs = 3;
 // at six of the grid's twelve (heads, q_len) points, so the plan keeps wgmma there; ffa97079's
 // suite read them 3.7-6.1% faster again. wgmma_t stays, taken only when pinned.
 
+// Every split writes a partial output (rows x 512 fp32) that the merge reads back, so a split
+// takes at least two key tiles, three on wgmma_ws: at heads 64, q_len 9, prefix 2,048 (33
+// tiles) its 11 splits of 3 tiles took 3.4% less time than 14 of 2-3 (`python -m verify_attn
+// ab`, H200, 20 pairs, 0 slower; the other Quick points, whose floor does not bind, within
+// 0.5%). FlashMLA's scheduler deals about as many (11 of 3 tiles there).
+int min_split_tiles(int path) { return path == kPathWgmmaWs ? 3 : 2; }
+
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -91,7 +98,7 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
     const int max_tiles = (p.kv_cols + n - 1) / n;
     splits = int((int64_t(waves) * num_sms + base_blocks - 1) / base_blocks);
     if (p.batch == 1) splits = int(num_sms / base_blocks);
-    splits = min(splits, max(1, max_tiles / 2));
+    splits = min(splits, max(1, max_tiles / min_split_tiles(path)));
     splits = min(splits, kMaxSplits);
   }
   plan.num_splits = splits;
