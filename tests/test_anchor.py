@@ -2,6 +2,7 @@
 in turn with its yardstick there; the timer's sample counts; the spread verb."""
 
 import json
+import re
 import time
 
 import pytest
@@ -96,6 +97,29 @@ def test_spread_of_one_commits_runs(tmp_path, capsys):
     assert "judged Quick points: met" in out_text and "or more: met" in out_text
     with pytest.raises(Refusal, match="different commits"):
         spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")])
+
+
+def test_spread_keeps_points_that_some_runs_lack(tmp_path, capsys):
+    """A start run with -b holds only some classes: their points spread over the runs that hold
+    them and the summary says how many those are; a point that one run alone holds is left out."""
+    from conftest import ROOT
+    from verify_attn_tools import spread
+
+    run = ROOT / "results" / "nvidia-h200" / "cbb6b5e6-reuse-py3.12.json"
+    d = json.loads(run.read_text())
+    d["results"] = {k: v for k, v in d["results"].items() if ".Serving." not in k}
+    part, out = tmp_path / "part.json", tmp_path / "rows.json"
+    part.write_text(json.dumps(d))
+    assert spread.main([str(run), str(part), str(run), "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["runs"] for r in rows if r["class"] == "Serving"} == {2}
+    assert {r["runs"] for r in rows if r["class"] != "Serving"} == {3}
+    text = capsys.readouterr().out
+    serving = sum(r["class"] == "Serving" for r in rows)
+    assert f"# Serving: {serving} points ({serving} of them in 2 of 3 runs)" in text
+    assert re.search(r"or more \((\d+) of them in 2 of 3 runs\): met", text)
+    assert spread.main([str(run), str(part), "--json", str(out)]) == 0
+    assert "Serving" not in {r["class"] for r in json.loads(out.read_text())}
 
 
 def test_the_spread_goals_judge_what_report_judges():

@@ -4,7 +4,9 @@
 
 Each file is asv's result file of the same commit recorded in another start of a machine (or on
 another host of the GPU kind); the table gives, per point and implementation, the spread
-max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files, and
+max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files that
+hold the point (at least two: a run with `-b` holds only the classes it ran; the runs column and
+the summary lines say where fewer than all the files do), and
 the largest of each per class, then per kernel over the judged points outside Quick: how many, the
 largest and median spread, how many beyond 1% and 2%. The goal the history is held to: the drift-free spread within 1%
 at every Quick point and within 2% at every point of 20 us or more, for the series that judge
@@ -46,16 +48,30 @@ def medians(path: Path) -> tuple[str, dict]:
 
 
 def spread(runs: list[dict], min_s: float) -> list[dict]:
-    """One row per point measured in every run: each series' max/min - 1, the raw median."""
-    common = set.intersection(*(set(r) for r in runs))
+    """One row per point measured in at least two runs: each series' max/min - 1 over the runs
+    that have it (a start run with `-b` lacks the classes it left out), how many those are, the
+    raw median."""
+    keys = {k for r in runs for k in r}
     rows = {}
-    for cls, combo, series in sorted(common, key=str):
-        values = [r[(cls, combo, series)] for r in runs]
-        rows.setdefault((cls, combo), {})[series] = max(values) / min(values) - 1
+    for cls, combo, series in sorted(keys, key=str):
+        values = [r[(cls, combo, series)] for r in runs if (cls, combo, series) in r]
+        if len(values) < 2:
+            continue
+        row = rows.setdefault((cls, combo), {})
+        row[series] = max(values) / min(values) - 1
         if series == "track_time":
-            rows[(cls, combo)]["ms"] = statistics.median(values) * 1e3
+            row["ms"], row["runs"] = statistics.median(values) * 1e3, len(values)
     return [{"class": cls, "point": " ".join(map(str, combo)), "combo": combo, **v} for (cls, combo), v in rows.items()
-            if len(v) == 3 and v["ms"] >= min_s * 1e3]
+            if len(v) == 4 and v["ms"] >= min_s * 1e3]
+
+
+def fewer_runs(rows: list[dict], n: int | None) -> str:
+    """Words for the rows measured in fewer than all n runs ('' if none or n is not given)."""
+    few = sorted({r["runs"] for r in rows if n and r["runs"] < n})
+    if not few:
+        return ""
+    span = str(few[0]) if len(few) == 1 else f"{few[0]}-{few[-1]}"
+    return f" ({sum(r['runs'] < n for r in rows)} of them in {span} of {n} runs)"
 
 
 def judged(rows: list[dict]) -> list[dict]:
@@ -66,14 +82,17 @@ def judged(rows: list[dict]) -> list[dict]:
             and not any(u.search(series_name(r["class"], ANCHOR, r["combo"])) for u in unjudged)]
 
 
-def verdicts(rows: list[dict], min_ms: float, kept: list[dict] | None = None) -> list[tuple[str, list[dict]]]:
-    """Per goal: its words and the judged rows beyond it (kept: judged(rows), if already made)."""
+def verdicts(rows: list[dict], min_ms: float, kept: list[dict] | None = None,
+             runs: int | None = None) -> list[tuple[str, list[dict]]]:
+    """Per goal: its words and the judged rows beyond it (kept: judged(rows), if already made;
+    runs: how many files were given, so the words say which points fewer of them hold)."""
     mine_all = judged(rows) if kept is None else kept
     out = []
     for cls, limit in GOALS:
         mine = [r for r in mine_all if cls is None or r["class"] == cls]
         words = f"{cls} points" if cls else f"points of {min_ms:g} ms or more"
-        out.append((f"x anchor within {100 * limit:g}% at each of the {len(mine)} judged {words}",
+        out.append((f"x anchor within {100 * limit:g}% at each of the {len(mine)} judged {words}"
+                    f"{fewer_runs(mine, runs)}",
                     [r for r in mine if r["track_time_vs_anchor"] > limit]))
     return out
 
@@ -106,19 +125,20 @@ def main(argv=None) -> int:
         raise Refusal(f"the files hold different commits ({', '.join(sorted(c[:8] for c in commits))}): give one commit's")
     rows = spread([m for _, m in loaded], args.min_ms / 1e3)
     print(f"# {commits.pop()[:8]}, {len(loaded)} runs: spread = max/min - 1 of the medians, raw time and x anchor")
-    print(f"{'class':12s} {'point':28s} {'ms':>9s} {'raw':>7s} {'anchor':>7s}")
+    n = len(loaded)
+    print(f"{'class':12s} {'point':28s} {'ms':>9s} {'raw':>7s} {'anchor':>7s} {'runs':>4s}")
     for r in rows:
         print(f"{r['class']:12s} {r['point']:28s} {r['ms']:9.4f} {100 * r['track_time']:6.2f}% "
-              f"{100 * r['track_time_vs_anchor']:6.2f}%")
+              f"{100 * r['track_time_vs_anchor']:6.2f}% {r['runs']:4d}")
     for cls in sorted({r["class"] for r in rows}):
         mine = [r for r in rows if r["class"] == cls]
-        print(f"# {cls}: {len(mine)} points, largest spread raw {100 * max(r['track_time'] for r in mine):.2f}%, "
-              f"x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
+        print(f"# {cls}: {len(mine)} points{fewer_runs(mine, n)}, largest spread raw "
+              f"{100 * max(r['track_time'] for r in mine):.2f}%, x anchor {100 * max(r['track_time_vs_anchor'] for r in mine):.2f}%")
     kept = judged(rows)  # accepted.json read once
     for line in by_kernel(rows, kept):
         print(line)
     met = True
-    for words, beyond in verdicts(rows, args.min_ms, kept):
+    for words, beyond in verdicts(rows, args.min_ms, kept, runs=n):
         met &= not beyond
         print(f"# goal, {words}: " + ("met" if not beyond else "NOT met at " + ", ".join(
             f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}%" for r in beyond)))
