@@ -117,6 +117,10 @@ def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
         # At prefix 0 flash's CPU call is 0.5-1.4 ms and the plant spins in part of it (1.27-1.38x):
         # on a loaded 2-core box 3 or 4 of 20 pairs read the other way (sign test p 0.012-0.021).
         proc, result = run_ab(repo, env, tmp_path, "--pairs", "40")
+        # Chain's points on the CPU's grid (the tiny one has none): heads 8, q_len 9, prefix 2,048,
+        # a chain padded to 64 rows; naive is not in Chain.
+        cpu_grid = {k: v for k, v in env.items() if k != "VERIFY_ATTN_GRID"}
+        chain, chain_result = run_ab(repo, cpu_grid, tmp_path, "--pairs", "40", "--points", "chain", "--impl", "flash")
     finally:
         cpu.write_text(clean)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -126,6 +130,9 @@ def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
         r = rows[("flash", f"h8 q9 p{p}")]
         assert r["status"] == "slower" and r["ratio"] > 1.2 and r["pairs"] >= 10, r
     assert proc.stdout.startswith(f"**verify-attn ab {result['base'][:8]} -> ")
+    assert chain.returncode == 1 and chain_result["points"] == "chain", chain.stdout[-3000:] + chain.stderr[-3000:]
+    assert [(r["impl"], r["point"], r["status"]) for r in chain_result["rows"]] == [("flash", "h8 q9 p2048", "slower")]
+    assert "(chain points): slower" in chain.stdout
 
 
 def test_the_table_reads_in_words_with_the_pairs_spread():
@@ -137,3 +144,9 @@ def test_the_table_reads_in_words_with_the_pairs_spread():
     assert "| h64 q9 p65536 | tc | 0.1000 ms | 0.1018 ms | 1.8% slower | 0.4% | 18/20 |" in text
     assert "| 1.32x faster | 1.3% |" in text and "x1.0" not in text
     assert ab.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)
+
+
+def test_points_the_grid_lacks_are_refused_before_any_build(monkeypatch, capsys):
+    monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")  # its serving selection is empty
+    assert ab.main(["main", "--points", "serving"]) == 2
+    assert "--points serving: this device's grid" in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """Paired check: a base commit's kernels and the checkout's, timed in one process, in turn.
 
-    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--json FILE]
+    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--points quick] [--json FILE]
 
 BASE (a git revision, default main) has its kernels/ built from git into its own op
 namespace (va_base) beside the checkout's own build (the working tree as it is, committed or
@@ -15,7 +15,10 @@ Per kernel and point: the ratio is the median of the pairs' head/base time ratio
 when it is above the factor and at least the sign test's share of pairs is slower (two-sided,
 p < 0.01: 17 of 20 pairs, 10 of 10), "faster" the other way round. Before timing, the
 checkout's kernels must pass every named case (verify_attn.parity, the Quick gate), and
-both sides each timed point, against the float64 reference.
+both sides each timed point, against the float64 reference. --points times another selection
+of the grid instead of Quick's (chain: batch 1 chain trees at prefix 2,048-65,536; serving and
+serving_chain: the ragged batches, where a plan change for batch > 1 shows and Quick's points
+do not), the gate unchanged.
 Exit 2 when the checkout fails a check (nothing is timed) or nothing could be timed (no kernel
 runs on this device: one line says why), 1 when a kernel got slower, 0 otherwise; a markdown table on stdout (the job's log), --json for
 the rows, which `python -m verify_attn report --ab FILE` makes the pull request's one verdict.
@@ -52,6 +55,7 @@ from .sanitize import cell
 NS = "va_base"  # the base's op namespace: torch.ops.va_base.<impl>
 ALPHA = 0.01
 SLOW_CALL_S = 0.02  # a kernel call longer than this gets at most 10 pairs (naive at 64K: 0.14 s)
+POINTS = ("quick", "chain", "serving", "serving_chain")  # the selections of verify_attn.grid ab can time
 
 
 def git(*args: str) -> str:
@@ -105,7 +109,7 @@ def quartiles(values: list[float]) -> tuple[float, float]:
 
 def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor: float, pairs: int,
                   seed: int) -> list[Row]:
-    """Check both sides at one Quick point, then time each kernel's pairs (timer: the suite's,
+    """Check both sides at one point, then time each kernel's pairs (timer: the suite's,
     one for the run, so its clock screening sees every sample)."""
     sets = input_sets(case, timer.device, seed)
     first = sets[0]
@@ -145,7 +149,8 @@ def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor:
     return rows
 
 
-def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, failed: list[str]) -> str:
+def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, failed: list[str],
+             points: str = "quick") -> str:
     """The check's own table (its log; the pull request's comment is report's, from --json): the
     wording and columns of report's."""
     from .report import change_words
@@ -162,7 +167,8 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
         verdict = f"faster ({len(faster)} faster, best {best.impl} at {best.point} {change_words(best.ratio)})"
     else:
         verdict = "no change"
-    lines = [f"**verify-attn ab {base} -> {head} on {device}: {verdict}**", "",
+    at = "" if points == "quick" else f" ({points} points)"
+    lines = [f"**verify-attn ab {base} -> {head} on {device}{at}: {verdict}**", "",
              f"Paired in one process (base and head in turn, same inputs); change = median of the pairs' "
              f"head/base time; slower/faster beyond {factor:g} with the sign test at p < {ALPHA:g}; spread = the "
              f"interquartile range of the pairs' ratios over their median.", ""]
@@ -190,6 +196,8 @@ def main(argv=None) -> int:
     p.add_argument("--impl", nargs="+", choices=registry.names(), help="default: the compiled kernels under test")
     p.add_argument("--pairs", type=int, default=20, help="pairs a kernel and point, even (default 20; 10 for calls over 20 ms)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--points", default="quick", choices=POINTS,
+                   help="the grid's selection to time (default quick; the gate is Quick's either way)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.pairs < 10 or args.pairs % 2:
@@ -207,15 +215,28 @@ def main(argv=None) -> int:
         return 2
 
 
+def selected(points: str) -> list[tuple[cases.Case, str]]:
+    """(case, point's name) of one selection of this device's grid, as the suite builds them
+    (serving: suite.measure_serving; the rest: suite.measure_grid)."""
+    sel = suite.selection(points)
+    if points.startswith("serving"):
+        return [(cases.serving_case(b, h, q, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to), f"b{b} h{h} q{q}")
+                for b, h, q in sel.points()]
+    return [(cases.grid_case(h, q, p, tree=sel.tree, pad_to=sel.pad_to), f"h{h} q{q} p{p}") for h, q, p in sel.points()]
+
+
 def run(args) -> int:
     base_sha = git("rev-parse", "--verify", f"{args.base}^{{commit}}").strip()
     head_sha = git("rev-parse", "HEAD").strip()
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "kernels", "verify_attn").strip())
     head = f"{head_sha[:8]}{' + working tree' if dirty else ''}"
     dev = suite.device()
-    impls = [i for i in (args.impl or suite.impls("quick")) if registry.get(i).compiled]
+    impls = [i for i in (args.impl or suite.impls(args.points)) if registry.get(i).compiled and
+             (args.impl or registry.get(i).under_test)]
     if not impls:
         raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
+    if not suite.selection(args.points).points():
+        raise Refusal(f"--points {args.points}: this device's grid ({dev}) has no such points (verify_attn.grid)")
     t0 = time.perf_counter()
     ops.load()
     # Nothing to time is a refusal (exit 2), never an empty table read as "no change".
@@ -234,17 +255,16 @@ def run(args) -> int:
     failed = parity.failures(parity.gate(dev, of(gated)))
     rows = []
     if not failed:
-        sel, timer = suite.selection("quick"), suite.timer()
-        for h, q_len, prefix in sel.points():
-            case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
-            rows += compare_point(case, f"h{h} q{q_len} p{prefix}", impls, timer, args.factor, args.pairs, args.seed)
-    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed)
+        timer = suite.timer(sample_s=10e-3) if args.points.startswith("serving") else suite.timer()
+        for case, point in selected(args.points):
+            rows += compare_point(case, point, impls, timer, args.factor, args.pairs, args.seed)
+    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, args.points)
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
     if not failed and not any(r.ratio is not None for r in rows):
-        print(f"python -m verify_attn ab: nothing was timed on {dev} (no Quick point ran a kernel of both sides: "
-              f"{', '.join(impls)})", file=sys.stderr)
+        print(f"python -m verify_attn ab: nothing was timed on {dev} (no {args.points} point ran a kernel of both "
+              f"sides: {', '.join(impls)})", file=sys.stderr)
         code = 2
     if args.json:
         gpu = None
@@ -253,6 +273,6 @@ def run(args) -> int:
 
             gpu = torch.cuda.get_device_name()
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
-                                         "alpha": ALPHA, "exit": code, "failed": failed,
+                                         "alpha": ALPHA, "exit": code, "failed": failed, "points": args.points,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code
