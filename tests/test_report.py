@@ -248,14 +248,14 @@ def test_change_words(ratio, words):
     assert report.change_words(ratio) == words
 
 
-def ab_file(tmp_path, rows, exit=0, failed=(), name="ab.json"):
+def ab_file(tmp_path, rows, exit=0, failed=(), name="ab.json", points="quick"):
     """What `python -m verify_attn ab BASE --json FILE` writes (its fields as ab.Row has them)."""
     full = [{"point": point, "impl": impl, "status": status, "base_s": 1e-4, "head_s": 1e-4 * ratio, "ratio": ratio,
              "slower": 18 if ratio > 1 else 2, "pairs": 20, "p": 0.0004, "reason": "", "iqr": [ratio - 0.002, ratio + 0.002],
              "clock_mhz": 1980.0} for point, impl, status, ratio in rows]
     path = tmp_path / name
     path.write_text(json.dumps({"base": "x", "head": "y", "device": "cuda", "gpu": "NVIDIA H200", "factor": 1.01,
-                                "alpha": 0.01, "exit": exit, "failed": list(failed), "rows": full}))
+                                "alpha": 0.01, "exit": exit, "failed": list(failed), "rows": full, "points": points}))
     return path
 
 
@@ -290,6 +290,19 @@ def test_an_ab_slowdown_is_the_verdict_with_its_rows_first(results, capsys):
     assert first.startswith("| Quick h64 q9 p65536 | tc | 0.1 ms | 0.1018 ms | 1.8% slower | 0.4% | 18/20 pairs slower")
     assert first.endswith("| **slower** |") and re.search(r"\| \d+x \| [\d.]+% \| \*\*slower", first)  # asv's x naive, % of peak
     assert out.index(first) < out.index("<details>")
+
+
+def test_ab_at_another_selection_names_its_class(results, capsys):
+    """ab --points serving_chain: its rows and the verdict name ServingChain's points, not Quick's."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    rows = [("b8 h16 q9", "tc", "slower", 1.05), ("b32 h64 q9", "tc", "same", 1.001)]
+    assert run(path, a, b, "--ab", str(ab_file(path, rows, exit=1, points="serving_chain"))) == 1
+    out = capsys.readouterr().out
+    assert "worst tc at ServingChain b8 h16 q9 5.0% slower" in out.splitlines()[2]
+    assert "| ServingChain b8 h16 q9 | tc |" in out and "| ServingChain b32 h64 q9 | tc |" in out
+    assert "Quick b8" not in out and report.ab_params("b8 h16 q9", "tc") == {"batch": "8", "heads": "16", "q_len": "9",
+                                                                             "impl": "'tc'"}
 
 
 def test_an_ab_refusal_or_failure_fails_the_comment(results, capsys):

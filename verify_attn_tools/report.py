@@ -402,15 +402,20 @@ def report_line(r: Row) -> str:
             f"{'-' if peak is None else f'{100 * peak:.3g}%'} | {STATUS[r.change]}{peer}{accepted} |")
 
 
-def ab_line(r: dict, asv_rows: dict) -> str:
-    """One table row of the paired check (ab's --json rows); x naive and % of peak from asv's
-    recorded results of the after commit at the same Quick point, where there are some."""
+# ab's --points and the asv class whose points they are (one name a point from ab to the graphs).
+AB_CLASS = {"quick": "Quick", "chain": "Chain", "serving": "Serving", "serving_chain": "ServingChain"}
+
+
+def ab_line(r: dict, asv_rows: dict, cls: str = "Quick") -> str:
+    """One table row of the paired check (ab's --json rows; cls: the asv class of its points);
+    x naive and % of peak from asv's recorded results of the after commit at the same point,
+    where there are some."""
     point, impl, status = str(r.get("point", "")), str(r.get("impl", "")), str(r.get("status", ""))
-    twin = asv_rows.get((f"Quick {point}", impl))
+    twin = asv_rows.get((f"{cls} {point}", impl))
     speed, peak = (after_of(twin.speedup), after_of(twin.peak)) if twin else (None, None)
     ratio = num(r.get("ratio"))
     if ratio is None:
-        return (f"| Quick {cell(point)} | {cell(impl)} | | | | | {cell(r.get('reason', ''))} | | | "
+        return (f"| {cls} {cell(point)} | {cell(impl)} | | | | | {cell(r.get('reason', ''))} | | | "
                 f"{AB_STATUS.get(status, cell(status))} |")
     spread = "-"
     iqr = r.get("iqr")
@@ -419,7 +424,7 @@ def ab_line(r: dict, asv_rows: dict) -> str:
     p = num(r.get("p"))
     evidence = f"{int(num(r.get('slower')) or 0)}/{int(num(r.get('pairs')) or 0)} pairs slower" + (
         "" if p is None else f", sign test p {p:.2g}")
-    return (f"| Quick {cell(point)} | {cell(impl)} | {fmt_time(num(r.get('base_s')))} | "
+    return (f"| {cls} {cell(point)} | {cell(impl)} | {fmt_time(num(r.get('base_s')))} | "
             f"{fmt_time(num(r.get('head_s')))} | {change_words(ratio)} | {spread} | {evidence} | "
             f"{'-' if speed is None else f'{speed:.3g}x'} | {'-' if peak is None else f'{100 * peak:.3g}%'} | "
             f"{AB_STATUS.get(status, cell(status))} |")
@@ -445,8 +450,8 @@ def graph_url(site: str | None, machine: str, series: str, params: dict) -> str 
 
 
 def ab_params(point: str, impl: str) -> dict:
-    """asv's Quick parameters of an ab point "h64 q9 p2048"."""
-    names = {"h": "heads", "q": "q_len", "p": "prefix_len"}
+    """asv's parameters of an ab point ("h64 q9 p2048", or "b8 h16 q9" at the serving steps)."""
+    names = {"b": "batch", "h": "heads", "q": "q_len", "p": "prefix_len"}
     out = {names[part[0]]: part[1:] for part in point.split() if part[:1] in names and part[1:].isdigit()}
     return {**out, "impl": repr(impl)}
 
@@ -473,8 +478,10 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         code = 2 if failed or cases or ab_failed else 1 if slower else 0
         judged_any = any(num(r.get("ratio")) is not None for r in ab_rows)
 
+        ab_cls = AB_CLASS.get(str(ab.get("points", "quick")), "Quick")
+
         def where(r):
-            return f"{cell(r.get('impl'))} at Quick {cell(r.get('point'))}"
+            return f"{cell(r.get('impl'))} at {ab_cls} {cell(r.get('point'))}"
 
         def ratio_of(r):
             return num(r.get("ratio"))
@@ -553,9 +560,10 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
                   + ", ".join(map(cell, ab["failed"])) + ".", ""]
     graphs = []
     if ab is not None:
-        decide = [ab_line(r, by_point) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
-        same = [ab_line(r, by_point) for r in ab_rows if r["status"] == "same"]
-        graphs = [(f"{r['impl']} at Quick {r['point']}", f"{BENCH}.Quick.{ANCHOR}", ab_params(str(r["point"]), str(r["impl"])))
+        cls = AB_CLASS.get(str(ab.get("points", "quick")), "Quick")
+        decide = [ab_line(r, by_point, cls) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
+        same = [ab_line(r, by_point, cls) for r in ab_rows if r["status"] == "same"]
+        graphs = [(f"{r['impl']} at {cls} {r['point']}", f"{BENCH}.{cls}.{ANCHOR}", ab_params(str(r["point"]), str(r["impl"])))
                   for r in ab_rows if r["status"] in ("failed", "slower", "faster")]
         rest = [("counted points unchanged (the paired check)", same),
                 ("counted points, asv's recorded results (shown, not deciding here)",
