@@ -235,7 +235,8 @@ def run(args) -> int:
              (args.impl or registry.get(i).under_test)]
     if not impls:
         raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
-    if not suite.selection(args.points).points():
+    points = selected(args.points)
+    if not points:
         raise Refusal(f"--points {args.points}: this device's grid ({dev}) has no such points (verify_attn.grid)")
     t0 = time.perf_counter()
     ops.load()
@@ -256,7 +257,7 @@ def run(args) -> int:
     rows = []
     if not failed:
         timer = suite.timer(sample_s=10e-3) if args.points.startswith("serving") else suite.timer()
-        for case, point in selected(args.points):
+        for case, point in points:
             rows += compare_point(case, point, impls, timer, args.factor, args.pairs, args.seed)
     text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, args.points)
     print(text)

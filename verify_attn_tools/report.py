@@ -560,10 +560,10 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
                   + ", ".join(map(cell, ab["failed"])) + ".", ""]
     graphs = []
     if ab is not None:
-        cls = AB_CLASS.get(str(ab.get("points", "quick")), "Quick")
-        decide = [ab_line(r, by_point, cls) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
-        same = [ab_line(r, by_point, cls) for r in ab_rows if r["status"] == "same"]
-        graphs = [(f"{r['impl']} at {cls} {r['point']}", f"{BENCH}.{cls}.{ANCHOR}", ab_params(str(r["point"]), str(r["impl"])))
+        decide = [ab_line(r, by_point, ab_cls) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
+        same = [ab_line(r, by_point, ab_cls) for r in ab_rows if r["status"] == "same"]
+        graphs = [(f"{r['impl']} at {ab_cls} {r['point']}", f"{BENCH}.{ab_cls}.{ANCHOR}",
+                   ab_params(str(r["point"]), str(r["impl"])))
                   for r in ab_rows if r["status"] in ("failed", "slower", "faster")]
         rest = [("counted points unchanged (the paired check)", same),
                 ("counted points, asv's recorded results (shown, not deciding here)",
