@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verify_attn import accuracy, candidate, cases, measure, ops, suite  # noqa: E402
+from verify_attn import accuracy, candidate, measure, ops, suite  # noqa: E402
 from verify_attn.measure import paired_ratios  # noqa: E402
 
 POINTS = (("Chain", "chain", 16, 9, 16384), ("Heads16", "full", 16, 9, 16384), ("Chain", "chain", 8, 9, 2048),
@@ -36,8 +36,7 @@ def main() -> None:
         raise SystemExit("no anchor build here: the twin comes from it (verify_attn/anchor.py)")
     tm = suite.timer(samples=16)
     for name, variant, h, q, p in POINTS:
-        sel = suite.selection(variant)
-        sets = measure.input_sets(cases.grid_case(h, q, p, tree=sel.tree, pad_to=sel.pad_to), tm.device, 0)
+        sets = measure.input_sets(suite.case_of(variant, (h, q, p)), tm.device, 0)
         sets = sets[:1] if one_set else sets
         kernel, twin = candidate.Candidate("tc"), candidate.Candidate("tc", ns)
         for c in (kernel, twin):

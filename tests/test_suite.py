@@ -125,7 +125,8 @@ def test_serving_chain_times_tc_beside_flashmla_on_ragged_chain_batches(monkeypa
 def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch):
     """verify_attn.repeat: a judged kernel's short calls are checked and timed beside the twin
     again in another process, and their samples and drift-free values pooled with the first
-    process's (on the CPU with the limit raised: there no point is short and one process runs)."""
+    process's (on the CPU with the limit raised and flash and naive repeated instead of tc,
+    which has no CPU form: there no point is short and one process runs)."""
     from verify_attn import anchor, repeat, suite
 
     assert repeat.PROCESSES["cpu"] == 1 and repeat.PROCESSES["cuda"] > 1
@@ -139,6 +140,8 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
 
     out = suite.measure_grid(None, "full")
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
+    assert repeat.KERNELS == ("tc",) and repeat.short_points(out["results"]) == []  # the CPU has no tc
+    monkeypatch.setattr(repeat, "KERNELS", ("flash", "naive"))
     quick = suite.measure_grid(None, "quick")
     suite.repeat_short({"full": out, "quick": quick})
     assert all("processes" not in e for e in quick["results"].values())  # Quick's 48 samples: not repeated

@@ -4,9 +4,9 @@ What. Every point of Quick's selection on this device (verify_attn.grid) for ``i
 kernels under test that run on the GPU, pinned-path variants included (tc, flash, tc_mma).
 naive, the baseline, is left out: nobody tunes it, and its chunked calls at prefix 65,536
 (15 launches, 140 ms a call) would take half the budget under replay. The inputs are Quick's
-(cases.grid_case with the selection's tree, seed 0: the first of the input sets Quick
-rotates), checked and prepared through verify_attn.candidate; a candidate that fails its check
-or does not take the point is skipped with the reason.
+(suite.case_of, seed 0: the first of the input sets Quick rotates), checked and prepared
+through verify_attn.candidate; a candidate that fails its check or does not take the point
+is skipped with the reason.
 
 How. ONE ncu process runs this module as its target (``--target``): per point and
 implementation one warm-up call, then one call inside the NVTX push/pop range
@@ -288,10 +288,9 @@ def target(points: list[tuple], impls_: list[str], manifest: Path) -> int:
     from . import candidate, cases, ops, suite
 
     ops.load()
-    sel = suite.selection("quick")
     done = {"profiled": [], "skipped": {}}
     for heads, q_len, prefix in points:
-        inputs = cases.make_inputs(cases.grid_case(heads, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to), "cuda", 0)
+        inputs = cases.make_inputs(suite.case_of("quick", (heads, q_len, prefix)), "cuda", 0)
         for o in candidate.outcomes(inputs, candidate.of(impls_)):
             name = label(heads, q_len, prefix, o.impl)
             if o.skipped or not o.error.ok:

@@ -6,7 +6,7 @@ its twin (byte-identical machine code) read 0.971-1.020 over 14 processes on thr
 two repeats inside one process within 0.6% of each other and tc against itself within 0.3%
 (README, "The recorded history"). Calls under SHORT_CALL_S carry it the most: every judged
 grid point whose drift-free series spread by more than 1% over five machine starts of dbbc220
-was one. For those points each of PROCESSES - 1 more processes checks and times the kernel
+was one. For tc's such points each of PROCESSES - 1 more processes checks and times the kernel
 beside its twin again (verify_attn.measure.measure_case, the same inputs), so a point's median
 pools the levels of PROCESSES processes rather than taking one.
 
@@ -25,20 +25,26 @@ import tempfile
 from pathlib import Path
 
 SHORT_CALL_S = 1e-4
-# Three processes: with the levels' spread (about 1.2% a process at heads 16) the mean of three
-# should keep five starts within 2% (a model of the measured levels; the pooled series' spread
-# and the processes' cost on the H200 are not measured yet).
+# Three processes: c6e38c3 over three machine starts held tc's drift-free series within 0.50%
+# at Chain's 18 points and 0.31% at the Heads classes' 57 (one process, dbbc220's same starts:
+# 2.5% and 2.9%); the repeats took 42 s of a 315 s full suite.
 PROCESSES = {"cuda": 3, "cpu": 1}
 REPEATED = ("full", "chain")       # Quick's 48 samples held 1% over five starts; cold is not judged
+# Whose short calls: tc and its pinned paths. flash's and naive's held 0.9% and 1.8% over
+# dbbc220's five starts in one process, and were a third of the repeats' points (22 of 73).
+KERNELS = ("tc",)
 
 
 def short_points(results: dict) -> list[tuple]:
-    """The (heads, q_len, prefix_len, impl) keys of kernels under test that were timed, with a
+    """The (heads, q_len, prefix_len, impl) keys of KERNELS' entries that were timed, with a
     yardstick, at under SHORT_CALL_S a call."""
     from . import registry
 
-    return [key for key, e in results.items()
-            if e.get("anchor") and registry.get(key[-1]).under_test and e["median"] < SHORT_CALL_S]
+    def repeated(name: str) -> bool:
+        impl = registry.get(name)
+        return impl.under_test and (name in KERNELS or impl.variant_of in KERNELS)
+
+    return [key for key, e in results.items() if e.get("anchor") and repeated(key[-1]) and e["median"] < SHORT_CALL_S]
 
 
 def extend(measured: dict, processes: int) -> int:

@@ -28,6 +28,18 @@ def selection(variant: str = "full"):
     return grid.SELECTIONS.get(table, grid.SELECTIONS["cpu"])[variant]
 
 
+def case_of(variant: str, point: tuple) -> cases.Case:
+    """The case one point of a variant's selection measures: (heads, q_len, prefix_len) of the
+    grid's variants, (batch, heads, q_len) of serving and serving_chain. The suite, ab, the
+    profile and docs/twin_levels.py build their cases here, so all of them time the same."""
+    sel = selection(variant)
+    if variant.startswith("serving"):
+        batch, heads, q_len = point
+        return cases.serving_case(batch, heads, q_len, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to)
+    heads, q_len, prefix = point
+    return cases.grid_case(heads, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+
+
 def impls(variant: str = "full") -> list[str]:
     sel = selection(variant)
     chosen = registry.under_test() if sel.impls == "under_test" else registry.names()
@@ -109,7 +121,7 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     out = {"device": dev, "heads": heads or (0,), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
-        case = cases.grid_case(h, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
+        case = case_of(variant, (h, q_len, prefix))
         chosen = impls(variant) if only is None else only[(h, q_len, prefix)]
         left_out = {i: grid.not_run(i, h, q_len, prefix) for i in chosen}
         run = [i for i, why in left_out.items() if not why]
@@ -170,7 +182,7 @@ def measure_serving(variant: str = "serving") -> dict:
     out = {"device": device(), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (batch, heads, q_len) in enumerate(sel.points(), 1):
-        case = cases.serving_case(batch, heads, q_len, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to)
+        case = case_of(variant, (batch, heads, q_len))
         for impl, r in measure_case(case, impls(variant), tm, anchor_ns=anchored()).items():
             out["results"][(batch, heads, q_len, impl)] = _entry(r, peak)
         progress(f"[verify_attn] {variant} case {n}/{len(sel.points())} batch={batch} heads={heads} q_len={q_len} "

@@ -216,13 +216,9 @@ def main(argv=None) -> int:
 
 
 def selected(points: str) -> list[tuple[cases.Case, str]]:
-    """(case, point's name) of one selection of this device's grid, as the suite builds them
-    (serving: suite.measure_serving; the rest: suite.measure_grid)."""
-    sel = suite.selection(points)
-    if points.startswith("serving"):
-        return [(cases.serving_case(b, h, q, tree=sel.tree, paged=sel.paged, pad_to=sel.pad_to), f"b{b} h{h} q{q}")
-                for b, h, q in sel.points()]
-    return [(cases.grid_case(h, q, p, tree=sel.tree, pad_to=sel.pad_to), f"h{h} q{q} p{p}") for h, q, p in sel.points()]
+    """(case, point's name) of one selection of this device's grid, as the suite builds them."""
+    form = "b{} h{} q{}" if points.startswith("serving") else "h{} q{} p{}"
+    return [(suite.case_of(points, pt), form.format(*pt)) for pt in suite.selection(points).points()]
 
 
 def run(args) -> int:
