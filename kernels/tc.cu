@@ -43,6 +43,23 @@ constexpr int kPathWgmmaWs = 3;
 // 0.5%). FlashMLA's scheduler deals about as many (11 of 3 tiles there).
 int min_split_tiles(int path) { return path == kPathWgmmaWs ? 3 : 2; }
 
+// A ragged batch's splits an element: with ceil(waves x SMs / blocks) of them, the fewest
+// waves (1..kMaxWaves) whose splits reach kMinRaggedSplits, else kMaxWaves'. Fewer than six
+// split ragged prefixes (1K-64K) unevenly: two to four an element at batch 8 and 32 took
+// 1.02-1.65x longer than eight. Six in one wave rather than 22 in four took batch 8, heads
+// 16, q_len 9 1.42-1.44x faster, six rather than eight 0.9-2.2% at heads 64 q_len 9 and heads
+// 16 q_len 33 (`ab --points serving` and `serving_chain`, H200, 20 pairs each); a floor of
+// eight gained 1.28x at the first and nothing elsewhere.
+constexpr int kMaxWaves = 4, kMinRaggedSplits = 6;
+int ragged_splits(int64_t base_blocks, int num_sms) {
+  int splits = 1;
+  for (int waves = 1; waves <= kMaxWaves; ++waves) {
+    splits = int((int64_t(waves) * num_sms + base_blocks - 1) / base_blocks);
+    if (splits >= kMinRaggedSplits) break;
+  }
+  return splits;
+}
+
 bool has_wgmma(int dev) {
   int major = 0, minor = 0;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -88,16 +105,15 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
 
   // One element: split until the (m-group, split) blocks fill the SMs once (one block an SM).
   // Several: the prefixes are ragged (the plan cannot read them), and a block that holds a
-  // whole long element while the short ones are done sets the time (measured: 4.9 ms for a
-  // batch of 8, heads 16, q_len 33, prefixes 1K-64K, with one split an element). So deal
-  // about four waves of slots, which the kernel hands out in proportion to each element's work.
+  // whole long element while the short ones are done sets the time, so the kernel hands slots
+  // out in proportion to each element's work. Slots are not free either (each writes a partial
+  // output that the merge reads back): take the fewest waves of blocks, up to four, that give
+  // kMinRaggedSplits slots an element (ragged_splits).
   const int64_t base_blocks = int64_t(p.batch) * groups;
-  const int waves = p.batch > 1 ? 4 : 1;
   int splits = 1;
-  if (base_blocks < int64_t(waves) * num_sms) {
+  if (base_blocks < (p.batch > 1 ? kMaxWaves : 1) * int64_t(num_sms)) {
     const int max_tiles = (p.kv_cols + n - 1) / n;
-    splits = int((int64_t(waves) * num_sms + base_blocks - 1) / base_blocks);
-    if (p.batch == 1) splits = int(num_sms / base_blocks);
+    splits = p.batch == 1 ? int(num_sms / base_blocks) : ragged_splits(base_blocks, num_sms);
     splits = min(splits, max(1, max_tiles / min_split_tiles(path)));
     splits = min(splits, kMaxSplits);
   }
