@@ -25,8 +25,9 @@ class _FullGrid(GridBenchmark):
         from verify_attn import suite
 
         prebuild.start(suite.needs("full") + suite.needs("chain"))
-        measured = {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
-        suite.repeat_short(measured)  # the short calls again in fresh processes (verify_attn.repeat)
+        with suite.repeat_workers() as workers:  # loading while the grid is measured
+            measured = {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
+            suite.repeat_short(measured, workers)  # the short calls again in those processes
         return measured
 
 

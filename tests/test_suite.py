@@ -142,9 +142,12 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
     assert repeat.KERNELS == ("tc",) and repeat.short_points(out["results"]) == []  # the CPU has no tc
     monkeypatch.setattr(repeat, "KERNELS", ("flash", "naive"))
-    quick = suite.measure_grid(None, "quick")
-    suite.repeat_short({"full": out, "quick": quick})
-    assert all("processes" not in e for e in quick["results"].values())  # Quick's 48 samples: not repeated
+    quick = suite.measure_quick()  # Quick's timed points are repeated by its own processes
+    assert {e.get("processes") for e in quick["results"].values() if not e["skipped"]} == {2}
+    with suite.repeat_workers() as workers:
+        assert len(workers) == 1
+        assert repeat.extend({"cold": out["results"]}, workers) == 0  # cold is not judged: not repeated
+        suite.repeat_short({"full": out}, workers)
     timed = {k: e for k, e in out["results"].items() if not e["skipped"]}
     assert sorted(timed) == [(8, 9, p, i) for p in (0, 2048) for i in ("flash", "naive")]  # no CPU form of the rest
     for key, e in timed.items():

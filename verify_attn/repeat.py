@@ -10,7 +10,7 @@ was one. For tc's such points each of PROCESSES - 1 more processes checks and ti
 beside its twin again (verify_attn.measure.measure_case, the same inputs), so a point's median
 pools the levels of PROCESSES processes rather than taking one.
 
-    python -m verify_attn.repeat POINTS.json OUT.pickle   # the worker, run by ``extend``
+    python -m verify_attn.repeat OUT.pickle   # a worker (``Workers``): its points come on stdin
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ SHORT_CALL_S = 1e-4
 # at Chain's 18 points and 0.31% at the Heads classes' 57 (one process, dbbc220's same starts:
 # 2.5% and 2.9%); the repeats took 42 s of a 315 s full suite.
 PROCESSES = {"cuda": 3, "cpu": 1}
-REPEATED = ("full", "chain")       # Quick's 48 samples held 1% over five starts; cold is not judged
+# Quick too: its tc at heads 16, q_len 9, prefix 65,536 read 0.991, 1.006 and 0.996 x anchor
+# on three starts of c6e38c3 with 48 samples in one process (16 in each of three now).
+REPEATED = ("full", "chain", "quick")  # cold is not judged
 # Whose short calls: tc and its pinned paths. flash's and naive's held 0.9% and 1.8% over
 # dbbc220's five starts in one process, and were a third of the repeats' points (22 of 73).
 KERNELS = ("tc",)
@@ -47,29 +49,76 @@ def short_points(results: dict) -> list[tuple]:
     return [key for key, e in results.items() if e.get("anchor") and repeated(key[-1]) and e["median"] < SHORT_CALL_S]
 
 
-def extend(measured: dict, processes: int) -> int:
-    """Time the short points of each variant's results ({variant: results}) again in
-    processes - 1 fresh processes and pool their samples into those results (in place);
-    returns how many points were pooled."""
+class Workers:
+    """The processes - 1 repeat processes, started ahead: each imports the suite and loads the
+    libraries (CPU work, no CUDA context yet) while the first process measures, then waits on
+    its stdin for the points to time, so a repeat costs its timings and not a Python, torch and
+    library start-up (4.5-5 s a process on the H200's host). Used as a context manager: the
+    processes no points reached are told so on leaving, and exit."""
+
+    def __init__(self, processes: int):
+        self.procs = []
+        self.tmp = tempfile.TemporaryDirectory()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        for k in range(1, processes):
+            out = Path(self.tmp.name) / f"out{k}.pickle"
+            proc = subprocess.Popen([sys.executable, "-m", "verify_attn.repeat", str(out)], stdin=subprocess.PIPE,
+                                    env=env)
+            self.procs.append((proc, out))
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for proc, _ in self.procs:
+            if proc.poll() is None:
+                self._send(proc, b"")
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.tmp.cleanup()
+
+    @staticmethod
+    def _send(proc, data: bytes) -> None:
+        try:
+            proc.stdin.write(data)
+            proc.stdin.close()
+        except BrokenPipeError:  # it ended before its points came: its exit status says why
+            pass
+
+    def time(self, wanted: dict) -> list[dict]:
+        """Each process in turn times wanted ({variant: [key, ...]}); their results, in order."""
+        data = json.dumps({v: [list(k) for k in ks] for v, ks in wanted.items()}).encode()
+        extras = []
+        for k, (proc, out) in enumerate(self.procs, 1):
+            self._send(proc, data)
+            code = proc.wait()
+            if code != 0 or not out.exists():
+                raise RuntimeError(f"repeat process {k} exited {code}")
+            extras.append(pickle.loads(out.read_bytes()))
+        return extras
+
+
+def extend(measured: dict, workers: Workers) -> int:
+    """Time the short points of each variant's results ({variant: results}) again in the
+    workers and pool their samples into those results (in place); returns how many points
+    were pooled."""
     keys = {v: short_points(results) for v, results in measured.items() if v in REPEATED}
     count = sum(map(len, keys.values()))
-    if processes < 2 or not count:
+    if not len(workers) or not count:
         return 0
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the workers allocate their own inputs
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    with tempfile.TemporaryDirectory() as tmp:
-        points = Path(tmp) / "points.json"
-        points.write_text(json.dumps({v: [list(k) for k in ks] for v, ks in keys.items()}))
-        for k in range(1, processes):
-            out = Path(tmp) / f"out{k}.pickle"
-            done = subprocess.run([sys.executable, "-m", "verify_attn.repeat", str(points), str(out)], env=env)
-            if done.returncode != 0 or not out.exists():
-                raise RuntimeError(f"repeat process {k} exited {done.returncode}")
-            for v, extra in pickle.loads(out.read_bytes()).items():
-                pool(measured[v], extra)
+    for extra in workers.time(keys):
+        for v, entries in extra.items():
+            pool(measured[v], entries)
     return count
 
 
@@ -100,9 +149,14 @@ def measure(variant: str, keys: list[tuple]) -> dict:
 
 
 def main(argv=None) -> int:
-    points, out = (argv or sys.argv[1:])[:2]
-    wanted = json.loads(Path(points).read_text())
-    Path(out).write_bytes(pickle.dumps({v: measure(v, [tuple(k) for k in ks]) for v, ks in wanted.items()}))
+    out = Path((argv or sys.argv[1:])[0])
+    from . import ops, suite
+
+    ops.load()         # the libraries, while the first process still measures
+    suite.anchored()
+    wanted = json.loads(sys.stdin.read() or "{}")  # blocks until the points come ({}: none)
+    if wanted:
+        out.write_bytes(pickle.dumps({v: measure(v, [tuple(k) for k in ks]) for v, ks in wanted.items()}))
     return 0
 
 

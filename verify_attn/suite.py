@@ -69,13 +69,6 @@ def timer(cold: bool = False, sample_s: float = 2e-3, samples: int = 16) -> Time
     return Timer("cpu", samples=7, min_sample_s=0.02, warmup_s=0.0)
 
 
-# Quick's points (the pull request's series, held to 1% over machine starts) take 48 rounds:
-# tc beside its anchor twin scatters 1.6-2% a sample at heads 16 (6 processes on one H200,
-# 2026-12-02), so the median of 8 pairs moved up to 1.2% from start to start; 24 pairs halve
-# that spread for about 3 s more of Quick's set-up.
-QUICK_SAMPLES = 48
-
-
 def gated() -> list[str]:
     """What the named-case gate checks before Quick's timings (and ab's): every kernel under
     test, the pinned paths Quick does not time (verify_attn.grid.GATED_ONLY) included."""
@@ -117,7 +110,7 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     heads = tuple(sorted({h for h, _, _ in points})) if heads is None else tuple(heads)
     dev = device()
     peak = peaks(dev)
-    tm = timer(cold=variant == "cold", samples=QUICK_SAMPLES if variant == "quick" else 16)
+    tm = timer(cold=variant == "cold")
     out = {"device": dev, "heads": heads or (0,), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):
@@ -135,16 +128,21 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     return out
 
 
-def repeat_short(measured: dict) -> None:
+def repeat_workers() -> repeat.Workers:
+    """This device's repeat processes (verify_attn.repeat), started now so that they load while
+    this process measures; a context manager."""
+    return repeat.Workers(repeat.PROCESSES.get(device(), 1))
+
+
+def repeat_short(measured: dict, workers: repeat.Workers) -> None:
     """Time the short points of these measurements ({variant: measure_grid's result}) again in
-    fresh processes and pool them in (verify_attn.repeat), one set of processes for them all."""
+    the workers (repeat_workers) and pool them in, one set of processes for them all."""
     if not anchored():
         return
     t0 = time.perf_counter()
-    processes = repeat.PROCESSES.get(device(), 1)
-    pooled = repeat.extend({v: m["results"] for v, m in measured.items()}, processes)
+    pooled = repeat.extend({v: m["results"] for v, m in measured.items()}, workers)
     if pooled:
-        progress(f"[verify_attn] {', '.join(measured)}: {pooled} short points timed in {processes} processes "
+        progress(f"[verify_attn] {', '.join(measured)}: {pooled} short points timed in {len(workers) + 1} processes "
                  f"({time.perf_counter() - t0:.0f} s)")
 
 
@@ -155,6 +153,11 @@ def measure_quick() -> dict:
     so the subset's timings fail however fast the break made them."""
     dev = device()
     prebuild.start(needs("quick"))
+    with repeat_workers() as workers:  # loading while the gate runs
+        return _measure_quick(dev, workers)
+
+
+def _measure_quick(dev: str, workers: repeat.Workers) -> dict:
     t0 = time.perf_counter()
     checked, seen = [], None
     for case, o in parity.gate(dev, candidate.of(gated())):
@@ -167,7 +170,9 @@ def measure_quick() -> dict:
     failed = parity.failures(checked)
     progress(f"[verify_attn] quick: {len(named)} named checks, {len(failed)} failed ({time.perf_counter() - t0:.0f} s)")
     untimed = f"not timed: named cases failed: {'; '.join(failed)}" if failed else ""
-    return measure_grid(None, "quick", timed=not failed) | {"named": named, "untimed": untimed}
+    out = measure_grid(None, "quick", timed=not failed)
+    repeat_short({"quick": out}, workers)
+    return out | {"named": named, "untimed": untimed}
 
 
 def measure_serving(variant: str = "serving") -> dict:
