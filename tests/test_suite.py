@@ -1,5 +1,7 @@
 """What the suite's measurement leaves out, and says so (verify_attn.suite, verify_attn.grid)."""
 
+import pytest
+
 
 def test_the_baseline_is_left_out_past_its_score_limit_with_the_reason(monkeypatch):
     from verify_attn import grid, suite
@@ -49,6 +51,7 @@ def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
     cache = tmp_path / "cache.pickle"
     cache.write_bytes(pickle.dumps(suite.measure_quick()))
     out = _fresh(f"""
+import pytest
 import pickle, sys
 import benchmarks.bench_machine, benchmarks.bench_profile, benchmarks.bench_resources
 from benchmarks.bench_verify_attn import Quick, QuickCases
@@ -159,3 +162,36 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
     repeat.pool(results, {(8, 9, 0, "flash"): {"ok": False, "reason": "max_rel 2.1", "skipped": ""}})
     assert not results[(8, 9, 0, "flash")]["ok"] and "failed in a repeat process: max_rel 2.1" in \
         results[(8, 9, 0, "flash")]["reason"]
+
+
+def test_short_points_are_the_short_calls_of_tc_and_its_pinned_paths():
+    """verify_attn.repeat.short_points: tc and tc_mma (variant_of tc) under SHORT_CALL_S with a
+    yardstick; flash, naive, a peer, a longer call and a point without drift-free values are not."""
+    from verify_attn import repeat
+
+    def entry(median, anchor=(1.0,)):
+        return {"median": median, "anchor": list(anchor)}
+
+    results = {(16, 9, 65536, "tc"): entry(7e-5), (16, 9, 65536, "tc_mma"): entry(9e-5),
+               (64, 9, 65536, "tc"): entry(1.6e-4), (16, 9, 0, "flash"): entry(9e-6), (16, 9, 0, "naive"): entry(3e-5),
+               (16, 9, 0, "torch"): entry(5e-5), (16, 9, 2048, "tc"): entry(2e-5, anchor=())}
+    assert sorted(repeat.short_points(results)) == [(16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
+
+
+def test_repeat_workers_that_get_no_points_exit(monkeypatch):
+    """A worker started ahead (repeat.Workers) that no points reach exits 0 when the block ends,
+    also when the block raises; its temporary folder goes with it."""
+    import os
+
+    from verify_attn import repeat
+
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    with repeat.Workers(2) as workers:
+        assert len(workers) == 1
+        procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
+    assert [p.returncode for p in procs] == [0] and not os.path.exists(tmp)
+    with pytest.raises(KeyError):
+        with repeat.Workers(2) as workers:
+            procs = [p for p, _ in workers.procs]
+            raise KeyError("the measurement failed")
+    assert [p.returncode for p in procs] == [0]
