@@ -1,6 +1,7 @@
 """The drift-free series: the anchor's build beside the checkout's, each implementation timed
 in turn with its yardstick there; the timer's sample counts; the spread verb."""
 
+import gzip
 import json
 import re
 import time
@@ -97,6 +98,13 @@ def test_spread_of_one_commits_runs(tmp_path, capsys):
     assert "judged Quick points: met" in out_text and "or more: met" in out_text
     with pytest.raises(Refusal, match="different commits"):
         spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")])
+    # an extra start kept gzipped (results/<machine>/starts/) reads as the file itself
+    packed = tmp_path / "cbb6b5e6-start.json.gz"
+    packed.write_bytes(gzip.compress(run.read_bytes()))
+    assert spread.main([str(run), str(packed), "--json", str(out)]) == 0 and json.loads(out.read_text()) == rows
+    packed.write_bytes(b"not gzip")
+    with pytest.raises(Refusal, match="not an asv result file"):
+        spread.main([str(run), str(packed)])
 
 
 def test_spread_keeps_points_that_some_runs_lack(tmp_path, capsys):

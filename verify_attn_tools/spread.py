@@ -16,8 +16,10 @@ the last lines say whether it is met and where not, and the exit code is 1 where
 
 from __future__ import annotations
 
+import gzip
 import json
 import statistics
+import tempfile
 from pathlib import Path
 
 from .cli import Refusal, parser
@@ -28,12 +30,19 @@ GOALS = (("Quick", 0.01), (None, 0.02))  # (class or None for every point of min
 
 
 def medians(path: Path) -> tuple[str, dict]:
-    """(commit, {(class, params, series): median}) of one asv result file."""
+    """(commit, {(class, params, series): median}) of one asv result file, or of one gzipped
+    (.json.gz: the extra starts kept in results/starts/)."""
     from asv import results as asv_results, util
 
     try:
-        res = asv_results.Results.load(str(path))
-    except (util.UserError, OSError, ValueError, KeyError) as exc:
+        if path.suffix == ".gz":
+            with tempfile.TemporaryDirectory() as tmp:
+                plain = Path(tmp) / path.stem
+                plain.write_bytes(gzip.decompress(path.read_bytes()))
+                res = asv_results.Results.load(str(plain))
+        else:
+            res = asv_results.Results.load(str(path))
+    except (util.UserError, OSError, ValueError, KeyError, EOFError) as exc:
         raise Refusal(f"{path}: not an asv result file ({exc})") from None
     out = {}
     for key in res.get_all_result_keys():
