@@ -51,7 +51,6 @@ def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
     cache = tmp_path / "cache.pickle"
     cache.write_bytes(pickle.dumps(suite.measure_quick()))
     out = _fresh(f"""
-import pytest
 import pickle, sys
 import benchmarks.bench_machine, benchmarks.bench_profile, benchmarks.bench_resources
 from benchmarks.bench_verify_attn import Quick, QuickCases

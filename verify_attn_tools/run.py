@@ -2,7 +2,8 @@
 
 RANGE is any asv range (default HEAD^!: the current commit). Each commit is built in its
 own environment over this interpreter's torch (asv_plugins/reuse_env.py) with 16 samples a
-point (tc's calls under 0.1 ms: 16 in each of three processes). A machine the repository tracks (it has results/<machine>/) records there and
+point (calls of tc and tc_mma under 0.1 ms: 16 in each of three processes). A machine the
+repository tracks (it has results/<machine>/) records there and
 publishes html/; any other machine records into .asv/local/ and publishes .asv/local/html,
 so a newcomer's run leaves the checkout's committed files alone (--track makes this machine
 a tracked one). asv runs in a process group of its own: Ctrl-C or SIGTERM ends it with every

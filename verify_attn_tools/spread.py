@@ -31,7 +31,7 @@ GOALS = (("Quick", 0.01), (None, 0.02))  # (class or None for every point of min
 
 def medians(path: Path) -> tuple[str, dict]:
     """(commit, {(class, params, series): median}) of one asv result file, or of one gzipped
-    (.json.gz: the extra starts kept in results/starts/)."""
+    (.json.gz: the extra starts kept in results/<machine>/starts/)."""
     from asv import results as asv_results, util
 
     try:
