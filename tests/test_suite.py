@@ -142,7 +142,8 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
 
     out = suite.measure_grid(None, "full")
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
-    assert repeat.KERNELS == ("tc",) and repeat.short_points(out["results"]) == []  # the CPU has no tc
+    monkeypatch.setattr(repeat, "KERNELS", ("tc",))
+    assert repeat.short_points(out["results"]) == []  # the CPU has no tc
     monkeypatch.setattr(repeat, "KERNELS", ("flash", "naive"))
     quick = suite.measure_quick()  # Quick's timed points are repeated by its own processes
     assert {e.get("processes") for e in quick["results"].values() if not e["skipped"]} == {2}
@@ -163,9 +164,9 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
         results[(8, 9, 0, "flash")]["reason"]
 
 
-def test_short_points_are_the_short_calls_of_tc_and_its_pinned_paths():
-    """verify_attn.repeat.short_points: tc and tc_mma (variant_of tc) under SHORT_CALL_S with a
-    yardstick; flash, naive, a peer, a longer call and a point without drift-free values are not."""
+def test_short_points_are_the_short_calls_of_tc_its_pinned_paths_and_naive():
+    """verify_attn.repeat.short_points: tc, tc_mma (variant_of tc) and naive under SHORT_CALL_S
+    with a yardstick; flash, a peer, a longer call and a point without drift-free values are not."""
     from verify_attn import repeat
 
     def entry(median, anchor=(1.0,)):
@@ -174,7 +175,7 @@ def test_short_points_are_the_short_calls_of_tc_and_its_pinned_paths():
     results = {(16, 9, 65536, "tc"): entry(7e-5), (16, 9, 65536, "tc_mma"): entry(9e-5),
                (64, 9, 65536, "tc"): entry(1.6e-4), (16, 9, 0, "flash"): entry(9e-6), (16, 9, 0, "naive"): entry(3e-5),
                (16, 9, 0, "torch"): entry(5e-5), (16, 9, 2048, "tc"): entry(2e-5, anchor=())}
-    assert sorted(repeat.short_points(results)) == [(16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
+    assert sorted(repeat.short_points(results)) == [(16, 9, 0, "naive"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
 
 
 def test_repeat_workers_that_get_no_points_exit(monkeypatch):
@@ -194,3 +195,33 @@ def test_repeat_workers_that_get_no_points_exit(monkeypatch):
             procs = [p for p, _ in workers.procs]
             raise KeyError("the measurement failed")
     assert [p.returncode for p in procs] == [0]
+
+
+def test_repeat_workers_left_while_timing_end_and_let_the_error_through(monkeypatch):
+    """A block left while a worker holds its points (its stdin already closed, as in
+    Workers.time) ends that worker and raises the block's own error, not one of the clean-up."""
+    import os
+
+    from verify_attn import repeat
+
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    with pytest.raises(KeyError):
+        with repeat.Workers(3) as workers:
+            procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
+            procs[0].stdin.close()  # as time() leaves it while the worker measures
+            raise KeyError("interrupted while timing")
+    assert all(p.returncode is not None for p in procs) and not os.path.exists(tmp)
+    assert procs[1].returncode == 0  # the one never reached was told and exited
+
+
+def test_no_repeat_workers_without_the_anchor(monkeypatch):
+    """Only drift-free series are repeated: with the anchor off no worker starts."""
+    from verify_attn import repeat, suite
+
+    monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
+    monkeypatch.setattr(repeat, "PROCESSES", {"cpu": 3})
+    with suite.repeat_workers() as workers:
+        assert len(workers) == 2
+    monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")
+    with suite.repeat_workers() as workers:
+        assert len(workers) == 0

@@ -6,7 +6,8 @@ its twin (byte-identical machine code) read 0.971-1.020 over 14 processes on thr
 two repeats inside one process within 0.6% of each other and tc against itself within 0.3%
 (README, "The recorded history"). Calls under SHORT_CALL_S carry it the most: every judged
 grid point whose drift-free series spread by more than 1% over five machine starts of dbbc220
-was one. For tc's such points each of PROCESSES - 1 more processes checks and times the kernel
+was one. For such points of the KERNELS (tc with its pinned paths, tc_mma among them, and
+naive) each of PROCESSES - 1 more processes checks and times the kernel
 beside its twin again (verify_attn.measure.measure_case, the same inputs), so a point's median
 pools the levels of PROCESSES processes rather than taking one.
 
@@ -32,9 +33,10 @@ PROCESSES = {"cuda": 3, "cpu": 1}
 # Quick too: its tc at heads 16, q_len 9, prefix 65,536 read 0.991, 1.006 and 0.996 x anchor
 # on three starts of c6e38c3 with 48 samples in one process (16 in each of three now).
 REPEATED = ("full", "chain", "quick")  # cold is not judged
-# Whose short calls: tc and its pinned paths. flash's and naive's held 0.9% and 1.8% over
-# dbbc220's five starts in one process, and were a third of the repeats' points (22 of 73).
-KERNELS = ("tc",)
+# Whose short calls: tc and its pinned paths, and naive. flash's held 0.9% over dbbc220's five
+# starts in one process and 0.94% over 8ecc171's two; naive's prefix-0 calls (0.03 ms) 1.8% and
+# 2.45% (Heads16, q_len 9), over the 2% goal.
+KERNELS = ("tc", "naive")
 
 
 def short_points(results: dict) -> list[tuple]:
@@ -60,11 +62,15 @@ class Workers:
         self.procs = []
         self.tmp = tempfile.TemporaryDirectory()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        for k in range(1, processes):
-            out = Path(self.tmp.name) / f"out{k}.pickle"
-            proc = subprocess.Popen([sys.executable, "-m", "verify_attn.repeat", str(out)], stdin=subprocess.PIPE,
-                                    env=env)
-            self.procs.append((proc, out))
+        try:
+            for k in range(1, processes):
+                out = Path(self.tmp.name) / f"out{k}.pickle"
+                proc = subprocess.Popen([sys.executable, "-m", "verify_attn.repeat", str(out)],
+                                        stdin=subprocess.PIPE, env=env)
+                self.procs.append((proc, out))
+        except BaseException:  # the ones already started must not wait on stdin forever
+            self.__exit__()
+            raise
 
     def __len__(self) -> int:
         return len(self.procs)
@@ -73,23 +79,31 @@ class Workers:
         return self
 
     def __exit__(self, *exc) -> None:
-        for proc, _ in self.procs:
-            if proc.poll() is None:
-                self._send(proc, b"")
-                try:
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        live = [proc for proc, _ in self.procs if proc.poll() is None]
+        for proc in live:
+            if proc.stdin.closed:  # it has its points: the block was left while it timed them
+                proc.kill()
+            else:
+                self._send(proc, b"")  # no points: it exits
+        for proc in live:  # all told first, then waited on, so none waits for another's turn
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
         self.tmp.cleanup()
 
     @staticmethod
     def _send(proc, data: bytes) -> None:
         try:
             proc.stdin.write(data)
-            proc.stdin.close()
-        except BrokenPipeError:  # it ended before its points came: its exit status says why
+        except (BrokenPipeError, ValueError, OSError):  # it ended before its points came: its exit status says why
             pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
 
     def time(self, wanted: dict) -> list[dict]:
         """Each process in turn times wanted ({variant: [key, ...]}); their results, in order."""

@@ -130,8 +130,9 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
 
 def repeat_workers() -> repeat.Workers:
     """This device's repeat processes (verify_attn.repeat), started now so that they load while
-    this process measures; a context manager."""
-    return repeat.Workers(repeat.PROCESSES.get(device(), 1))
+    this process measures; a context manager. None with the anchor off: only drift-free
+    series are repeated."""
+    return repeat.Workers(1 if anchor.commit() == "off" else repeat.PROCESSES.get(device(), 1))
 
 
 def repeat_short(measured: dict, workers: repeat.Workers) -> None:
@@ -150,7 +151,8 @@ def measure_quick() -> dict:
     """The pull-request subset: every named case of this device (verify_attn.parity) for the
     gated implementations first, under "named" keyed (case, impl); then the selection's
     points, which are checked but not timed if any named case failed ("untimed" says why),
-    so the subset's timings fail however fast the break made them."""
+    so the subset's timings fail however fast the break made them. Short calls are timed
+    again in the repeat processes (repeat_short), which load while the gate runs."""
     dev = device()
     prebuild.start(needs("quick"))
     with repeat_workers() as workers:  # loading while the gate runs
