@@ -150,3 +150,31 @@ def test_the_spread_goals_judge_what_report_judges():
     assert spread.by_kernel(rows) == [
         "# tc_mma: 3 grid points, x anchor largest 2.50%, median 1.90%, 2 over 1%, 1 over 2%; "
         "raw largest 5.00%, median 3.80%"]
+
+
+def test_process_levels_reads_what_spread_reads(capsys):
+    """docs/process_levels.py over the five recorded starts of 854b079: its pooled statistic is
+    the recorded median, so its largest spreads are spread's; a repeated point splits into the
+    three processes' values in the order repeat.pool appended them."""
+    import importlib.util
+
+    from conftest import ROOT
+    from verify_attn_tools import spread
+
+    spec = importlib.util.spec_from_file_location("process_levels", ROOT / "docs" / "process_levels.py")
+    levels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(levels)
+    files = [ROOT / "results" / "nvidia-h200" / "854b0790-reuse-py3.12.json",
+             *sorted((ROOT / "results" / "nvidia-h200" / "starts").glob("854b0790-*.json.gz"))]
+    assert len(files) == 5
+    assert levels.main([str(f) for f in files]) == 0
+    out = capsys.readouterr().out
+    pooled = re.search(r"^pooled\s+([\d.]+)%\s+([\d.]+)%", out, re.M)
+    assert spread.main([str(f) for f in files]) == 1  # tc misses both goals there, narrowly
+    words = capsys.readouterr().out
+    quick = re.search(r"# Quick: .* x anchor ([\d.]+)%", words).group(1)
+    tc = re.search(r"# tc: .* x anchor largest ([\d.]+)%", words).group(1)
+    assert (pooled.group(1), pooled.group(2)) == (quick, tc)
+    values = levels.series(files[0])[("Chain", (16, 9, 16384, "tc"))][1]
+    assert [len(p) for p in levels.processes(values)] == [8, 8, 8]
+    assert levels.processes(values[:8]) == [values[:8]]
