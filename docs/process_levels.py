@@ -20,15 +20,14 @@ first process's offset from the workers'. --point prints one point's per-process
 """
 
 import argparse
-import gzip
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from verify_attn_tools.report import points  # noqa: E402
+from verify_attn_tools.spread import load  # noqa: E402
 
 PER_PROCESS = 8
 JUDGED = ("tc", "tc_mma", "flash", "naive")
@@ -38,17 +37,6 @@ STATISTICS = {
     "mean": lambda values, procs: statistics.mean(map(statistics.median, procs)),
     "median": lambda values, procs: statistics.median(map(statistics.median, procs)),
 }
-
-
-def load(path: Path):
-    from asv import results
-
-    if path.suffix != ".gz":
-        return results.Results.load(str(path))
-    with tempfile.TemporaryDirectory() as tmp:
-        plain = Path(tmp) / path.stem
-        plain.write_bytes(gzip.decompress(path.read_bytes()))
-        return results.Results.load(str(plain))
 
 
 def series(path: Path) -> dict:

@@ -29,9 +29,9 @@ SERIES = ("track_time", "track_time_vs_anchor")
 GOALS = (("Quick", 0.01), (None, 0.02))  # (class or None for every point of min_ms or more, largest spread)
 
 
-def medians(path: Path) -> tuple[str, dict]:
-    """(commit, {(class, params, series): median}) of one asv result file, or of one gzipped
-    (.json.gz: the extra starts kept in results/<machine>/starts/)."""
+def load(path: Path):
+    """One asv result file, or one gzipped (.json.gz: the extra starts kept in
+    results/<machine>/starts/), as asv's Results."""
     from asv import results as asv_results, util
 
     try:
@@ -39,11 +39,15 @@ def medians(path: Path) -> tuple[str, dict]:
             with tempfile.TemporaryDirectory() as tmp:
                 plain = Path(tmp) / path.stem
                 plain.write_bytes(gzip.decompress(path.read_bytes()))
-                res = asv_results.Results.load(str(plain))
-        else:
-            res = asv_results.Results.load(str(path))
+                return asv_results.Results.load(str(plain))
+        return asv_results.Results.load(str(path))
     except (util.UserError, OSError, ValueError, KeyError, EOFError) as exc:
         raise Refusal(f"{path}: not an asv result file ({exc})") from None
+
+
+def medians(path: Path) -> tuple[str, dict]:
+    """(commit, {(class, params, series): median}) of one result file (load)."""
+    res = load(path)
     out = {}
     for key in res.get_all_result_keys():
         cls, _, series = key.removeprefix(f"{BENCH}.").rpartition(".")
