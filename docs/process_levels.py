@@ -8,8 +8,8 @@ verify_attn spread`: .json or .json.gz). verify_attn.repeat.pool appends each re
 process's drift-free values after the first process's, and on the H200 every process gives
 PER_PROCESS of them (16 timer samples, paired into rounds by measure.paired_ratios), so a
 point with k x PER_PROCESS values came from k processes (not so before 8ecc171: Quick then
-kept 24 values of one process, which this reads as three). Per judged point (tc, tc_mma, flash,
-naive; median time of 20 us or more; in at least two files) each statistic's spread over the
+kept 24 values of one process, which this reads as three). Per judged point (the kernels under
+test as report counts them; median time of 20 us or more; in at least two files) each statistic's spread over the
 files is max/min - 1, as `spread` takes it for the recorded one:
   pooled        the median of all values (what the suite records)
   mean          the mean of the per-process medians
@@ -26,11 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from verify_attn_tools.report import points  # noqa: E402
+from verify_attn_tools.report import counts, points  # noqa: E402
 from verify_attn_tools.spread import load  # noqa: E402
 
 PER_PROCESS = 8
-JUDGED = ("tc", "tc_mma", "flash", "naive")
 BENCH = "bench_verify_attn"
 STATISTICS = {
     "pooled": lambda values, procs: statistics.median(values),
@@ -49,7 +48,7 @@ def series(path: Path) -> dict:
         cls = key.split(".")[1]
         times = points(res, key.replace("_vs_anchor", ""))
         for combo, (_, _, values) in points(res, key).items():
-            if combo[-1] in JUDGED and values and combo in times and times[combo][0]:
+            if counts(combo[-1]) and values and combo in times and times[combo][0]:
                 out[(cls, combo)] = (times[combo][0], values)
     return out
 
