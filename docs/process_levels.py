@@ -4,11 +4,13 @@ statistics of its processes, read back from recorded result files (no GPU).
     python docs/process_levels.py FILE... [--point CLASS H Q P IMPL]   # from the repository root
 
 FILEs are result files of one commit on several machine starts (as for `python -m
-verify_attn spread`: .json or .json.gz). verify_attn.repeat.pool appends each repeat
-process's drift-free values after the first process's, and on the H200 every process gives
-PER_PROCESS of them (16 timer samples, paired into rounds by measure.paired_ratios), so a
-point with k x PER_PROCESS values came from k processes (not so before 8ecc171: Quick then
-kept 24 values of one process, which this reads as three). Per judged point (the kernels under
+verify_attn spread`: .json or .json.gz), recorded before the suite took the mean of the
+process medians (verify_attn.repeat.level_free; 854b079's are). Then verify_attn.repeat.pool
+appended each repeat process's drift-free values after the first process's, and on the H200
+every process gives PER_PROCESS of them (16 timer samples, paired into rounds by
+measure.paired_ratios), so a point with k x PER_PROCESS values came from k processes (not so
+before 8ecc171: Quick then kept 24 values of one process, which this reads as three). Files
+recorded since hold each process's values scaled to one median: their levels no longer show. Per judged point (the kernels under
 test as report counts them; median time of 20 us or more; in at least two files) each statistic's spread over the
 files is max/min - 1, as `spread` takes it for the recorded one:
   pooled        the median of all values (what the suite records)

@@ -183,3 +183,34 @@ def test_backfill_out_records_one_start_of_a_commit_for_spread(tmp_path):
     refused = subprocess.run([sys.executable, "-m", "verify_attn", "backfill", "0", "--out", str(tmp_path / "x")],
                              cwd=repo, env=env, capture_output=True, text=True)
     assert refused.returncode == 2 and "name them" in refused.stderr
+
+
+def test_asv_reads_each_benchmarks_source_once(monkeypatch):
+    """benchmarks/__init__.py: after the fork server's discovery, building a benchmark by name
+    (what each forked run does) reads no source, and what it builds is what asv_runner builds
+    unaided: the same code, setup_cache key and version."""
+    import inspect
+
+    from asv_runner.benchmarks import _base
+    from asv_runner.discovery import disc_benchmarks, get_benchmark_from_name
+
+    import importlib
+
+    import benchmarks
+
+    importlib.reload(benchmarks)  # as in asv's server, asv_runner before the package (another test may have imported it)
+    found = list(disc_benchmarks(str(ROOT / "benchmarks"), ignore_import_errors=True))
+    assert len(found) > 50 and hasattr(_base.get_source_code, "cache")
+    for b in found:
+        assert b.code == _base.get_source_code.__wrapped__([b.func] + b._setups + [b._setup_cache]), b.name
+        assert b.setup_cache_key == _base.get_setup_cache_key.__wrapped__(b._setup_cache), b.name
+
+    def no_reading(*args, **kwargs):
+        raise AssertionError("source read again in a run")
+
+    monkeypatch.setattr(inspect, "getsourcelines", no_reading)
+    monkeypatch.setattr(_base, "_token_fingerprint", no_reading)
+    for b in found[::7]:
+        name = b.name + (f"-{len(b.params and list(itertools.product(*b.params))) - 1}" if b.params else "")
+        again = get_benchmark_from_name(str(ROOT / "benchmarks"), name)
+        assert (again.code, again.setup_cache_key, again.version) == (b.code, b.setup_cache_key, b.version)

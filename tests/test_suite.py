@@ -131,25 +131,24 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
     which has no CPU form: there no point is short and one process runs)."""
     from verify_attn import anchor, repeat, suite
 
-    assert repeat.PROCESSES["cpu"] == 1 and repeat.PROCESSES["cuda"] > 1
+    assert repeat.LIMITS["cpu"] == () and len(repeat.LIMITS["cuda"]) > 1
     monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
     monkeypatch.setenv(anchor.ENV, "HEAD")
     monkeypatch.setattr(anchor, "_state", {})
-    monkeypatch.setitem(repeat.PROCESSES, "cpu", 2)
-    monkeypatch.setattr(repeat, "SHORT_CALL_S", 10.0)
+    monkeypatch.setitem(repeat.LIMITS, "cpu", (10.0, 0.0))  # the second repeat process: no call is that short
     import statistics
 
     out = suite.measure_grid(None, "full")
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
     monkeypatch.setattr(repeat, "KERNELS", ("tc",))
-    assert repeat.short_points(out["results"]) == []  # the CPU has no tc
+    assert repeat.short_points(out["results"], 10.0) == []  # the CPU has no tc
     monkeypatch.setattr(repeat, "KERNELS", ("flash", "naive"))
     quick = suite.measure_quick()  # Quick's timed points are repeated by its own processes
     assert {e.get("processes") for e in quick["results"].values() if not e["skipped"]} == {2}
     with suite.repeat_workers() as workers:
-        assert len(workers) == 1
-        assert repeat.extend({"cold": out["results"]}, workers) == 0  # cold is not judged: not repeated
+        assert len(workers) == 2
+        assert repeat.extend({"cold": out["results"]}, workers) == [0, 0]  # cold is not judged: not repeated
         suite.repeat_short({"full": out}, workers)
     timed = {k: e for k, e in out["results"].items() if not e["skipped"]}
     assert sorted(timed) == [(8, 9, p, i) for p in (0, 2048) for i in ("flash", "naive")]  # no CPU form of the rest
@@ -157,11 +156,37 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
         # the CPU timer's 7 samples a process, one drift-free value a round at an odd count
         assert e["processes"] == 2 and len(e["samples"]) == 14 and len(e["anchor"]) == 14, key
         assert e["median"] == statistics.median(e["samples"]) and e["ok"]
+        # the drift-free values level-free: their median is the mean of the processes' medians
+        assert [len(p) for p in e["anchor_by_process"]] == [7, 7]
+        level = statistics.mean(map(statistics.median, e["anchor_by_process"]))
+        assert statistics.median(e["anchor"]) == pytest.approx(level, rel=1e-12)
 
     results = {(8, 9, 0, "flash"): {"samples": [1.0, 1.0], "anchor": [1.0], "median": 1.0, "dropped": 0, "ok": True}}
     repeat.pool(results, {(8, 9, 0, "flash"): {"ok": False, "reason": "max_rel 2.1", "skipped": ""}})
     assert not results[(8, 9, 0, "flash")]["ok"] and "failed in a repeat process: max_rel 2.1" in \
         results[(8, 9, 0, "flash")]["reason"]
+
+
+def test_level_free_values_have_the_mean_of_the_process_medians_as_their_median():
+    """verify_attn.repeat.level_free: each process scaled to the mean of the processes'
+    medians; the median of all is that mean (processes of equal counts, even or odd), and the
+    scatter inside each process keeps its shape."""
+    import random
+    import statistics
+
+    from verify_attn import repeat
+
+    rng = random.Random(7)
+    for count in (7, 8):
+        by_process = [[rng.gauss(level, 0.004) for _ in range(count)] for level in (0.98, 1.01, 0.995, 1.02)]
+        values = repeat.level_free(by_process)
+        level = statistics.mean(map(statistics.median, by_process))
+        assert statistics.median(values) == pytest.approx(level, rel=1e-12)
+        for k, p in enumerate(by_process):
+            mine = values[k * count:(k + 1) * count]
+            assert statistics.median(mine) == pytest.approx(level, rel=1e-12)
+            assert [v / x for v, x in zip(mine, p)] == pytest.approx([mine[0] / p[0]] * count, rel=1e-12)
+    assert repeat.level_free([[1.0, 3.0]]) == [1.0, 3.0]  # one process: as measured
 
 
 def test_short_points_are_the_short_calls_of_tc_its_pinned_paths_and_naive():
@@ -175,7 +200,7 @@ def test_short_points_are_the_short_calls_of_tc_its_pinned_paths_and_naive():
     results = {(16, 9, 65536, "tc"): entry(7e-5), (16, 9, 65536, "tc_mma"): entry(9e-5),
                (64, 9, 65536, "tc"): entry(1.6e-4), (16, 9, 0, "flash"): entry(9e-6), (16, 9, 0, "naive"): entry(3e-5),
                (16, 9, 0, "torch"): entry(5e-5), (16, 9, 2048, "tc"): entry(2e-5, anchor=())}
-    assert sorted(repeat.short_points(results)) == [(16, 9, 0, "naive"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
+    assert sorted(repeat.short_points(results, 1e-4)) == [(16, 9, 0, "naive"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
 
 
 def test_repeat_workers_that_get_no_points_exit(monkeypatch):
@@ -186,12 +211,12 @@ def test_repeat_workers_that_get_no_points_exit(monkeypatch):
     from verify_attn import repeat
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
-    with repeat.Workers(2) as workers:
+    with repeat.Workers((1.0,)) as workers:
         assert len(workers) == 1
         procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
     assert [p.returncode for p in procs] == [0] and not os.path.exists(tmp)
     with pytest.raises(KeyError):
-        with repeat.Workers(2) as workers:
+        with repeat.Workers((1.0,)) as workers:
             procs = [p for p, _ in workers.procs]
             raise KeyError("the measurement failed")
     assert [p.returncode for p in procs] == [0]
@@ -206,7 +231,7 @@ def test_repeat_workers_left_while_timing_end_and_let_the_error_through(monkeypa
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
     with pytest.raises(KeyError):
-        with repeat.Workers(3) as workers:
+        with repeat.Workers((1.0, 1.0)) as workers:
             procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
             procs[0].stdin.close()  # as time() leaves it while the worker measures
             raise KeyError("interrupted while timing")
@@ -219,7 +244,7 @@ def test_no_repeat_workers_without_the_anchor(monkeypatch):
     from verify_attn import repeat, suite
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
-    monkeypatch.setattr(repeat, "PROCESSES", {"cpu": 3})
+    monkeypatch.setattr(repeat, "LIMITS", {"cpu": (1.0, 1.0)})
     with suite.repeat_workers() as workers:
         assert len(workers) == 2
     monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")

@@ -1,15 +1,17 @@
-"""Short calls timed again in fresh processes, their samples pooled with the first process's.
+"""Short calls timed again in fresh processes, and the drift-free value taken over processes.
 
 A kernel and its anchor twin are two loaded copies of the code, and on the H200 their ratio
 settles at a level of its own in each process: at heads 16, q_len 9, prefix 16,384 tc over
 its twin (byte-identical machine code) read 0.971-1.020 over 14 processes on three H200s, with
 two repeats inside one process within 0.6% of each other and tc against itself within 0.3%
-(README, "The recorded history"). Calls under SHORT_CALL_S carry it the most: every judged
-grid point whose drift-free series spread by more than 1% over five machine starts of dbbc220
-was one. For such points of the KERNELS (tc with its pinned paths, tc_mma among them, and
-naive) each of PROCESSES - 1 more processes checks and times the kernel
-beside its twin again (verify_attn.measure.measure_case, the same inputs), so a point's median
-pools the levels of PROCESSES processes rather than taking one.
+(README, "The recorded history"). The levels of the processes of one machine start are as
+independent as those of different starts (docs/process_levels.py over five starts of
+854b079), so the way to a steady value is more processes, not more samples in one. Calls
+under the limits below carry it the most. For such points of the KERNELS (tc with its pinned
+paths, tc_mma among them, and naive) each repeat process whose limit the call is under
+checks and times the kernel beside its twin again (verify_attn.measure.measure_case, the
+same inputs), and ``pool`` makes the point's drift-free value the mean of the processes'
+medians.
 
     python -m verify_attn.repeat OUT.pickle   # a worker (``Workers``): its points come on stdin
 """
@@ -25,11 +27,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-SHORT_CALL_S = 1e-4
-# Three processes: c6e38c3 over three machine starts held tc's drift-free series within 0.50%
-# at Chain's 18 points and 0.31% at the Heads classes' 57 (one process, dbbc220's same starts:
-# 2.5% and 2.9%); the repeats took 42 s of a 315 s full suite.
-PROCESSES = {"cuda": 3, "cpu": 1}
+# One entry per repeat process: the median call time under which it repeats a point. Over five
+# starts of 854b079 (three processes under 0.1 ms) the mean of the process medians held every
+# grid point within 1.60% and Quick's within 1.03%, the largest at tc's 23-25 us calls (tc at
+# heads 64, q_len 9, prefix 2,048 in Quick): those get two processes more, the spread of a mean
+# of independent levels falling as one over the root of their count. The repeats of 62 points
+# in two processes took 32 s of a 331 s full suite.
+LIMITS = {"cuda": (1e-4, 1e-4, 3e-5, 3e-5), "cpu": ()}
 # Quick too: its tc at heads 16, q_len 9, prefix 65,536 read 0.991, 1.006 and 0.996 x anchor
 # on three starts of c6e38c3 with 48 samples in one process (16 in each of three now).
 REPEATED = ("full", "chain", "quick")  # cold is not judged
@@ -39,31 +43,32 @@ REPEATED = ("full", "chain", "quick")  # cold is not judged
 KERNELS = ("tc", "naive")
 
 
-def short_points(results: dict) -> list[tuple]:
+def short_points(results: dict, limit: float) -> list[tuple]:
     """The (heads, q_len, prefix_len, impl) keys of KERNELS' entries that were timed, with a
-    yardstick, at under SHORT_CALL_S a call."""
+    yardstick, at under limit seconds a call."""
     from . import registry
 
     def repeated(name: str) -> bool:
         impl = registry.get(name)
         return impl.under_test and (name in KERNELS or impl.variant_of in KERNELS)
 
-    return [key for key, e in results.items() if e.get("anchor") and repeated(key[-1]) and e["median"] < SHORT_CALL_S]
+    return [key for key, e in results.items() if e.get("anchor") and repeated(key[-1]) and e["median"] < limit]
 
 
 class Workers:
-    """The processes - 1 repeat processes, started ahead: each imports the suite and loads the
-    libraries (CPU work, no CUDA context yet) while the first process measures, then waits on
-    its stdin for the points to time, so a repeat costs its timings and not a Python, torch and
-    library start-up (4.5-5 s a process on the H200's host). Used as a context manager: the
-    processes no points reached are told so on leaving, and exit."""
+    """The repeat processes of these limits (LIMITS), started ahead: each imports the suite and
+    loads the libraries (CPU work, no CUDA context yet) while the first process measures, then
+    waits on its stdin for the points to time, so a repeat costs its timings and not a Python,
+    torch and library start-up (4.5-5 s a process on the H200's host). Used as a context
+    manager: the processes no points reached are told so on leaving, and exit."""
 
-    def __init__(self, processes: int):
+    def __init__(self, limits: tuple[float, ...]):
+        self.limits = tuple(limits)
         self.procs = []
         self.tmp = tempfile.TemporaryDirectory()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            for k in range(1, processes):
+            for k in range(1, len(self.limits) + 1):
                 out = Path(self.tmp.name) / f"out{k}.pickle"
                 proc = subprocess.Popen([sys.executable, "-m", "verify_attn.repeat", str(out)],
                                         stdin=subprocess.PIPE, env=env)
@@ -105,50 +110,66 @@ class Workers:
             except OSError:
                 pass
 
-    def time(self, wanted: dict) -> list[dict]:
-        """Each process in turn times wanted ({variant: [key, ...]}); their results, in order."""
-        data = json.dumps({v: [list(k) for k in ks] for v, ks in wanted.items()}).encode()
+    def time(self, wanted: list[dict]) -> list[dict]:
+        """Each process in turn times its part of wanted (one {variant: [key, ...]} a process,
+        in order; an empty one lets the process go untimed); their results, in order."""
         extras = []
-        for k, (proc, out) in enumerate(self.procs, 1):
-            self._send(proc, data)
+        for k, ((proc, out), mine) in enumerate(zip(self.procs, wanted, strict=True), 1):
+            mine = {v: [list(key) for key in ks] for v, ks in mine.items() if ks}
+            self._send(proc, json.dumps(mine).encode() if mine else b"")
             code = proc.wait()
-            if code != 0 or not out.exists():
+            if code != 0 or (mine and not out.exists()):
                 raise RuntimeError(f"repeat process {k} exited {code}")
-            extras.append(pickle.loads(out.read_bytes()))
+            extras.append(pickle.loads(out.read_bytes()) if mine else {})
         return extras
 
 
-def extend(measured: dict, workers: Workers) -> int:
+def extend(measured: dict, workers: Workers) -> list[int]:
     """Time the short points of each variant's results ({variant: results}) again in the
-    workers and pool their samples into those results (in place); returns how many points
-    were pooled."""
-    keys = {v: short_points(results) for v, results in measured.items() if v in REPEATED}
-    count = sum(map(len, keys.values()))
-    if not len(workers) or not count:
-        return 0
+    workers, each those under its limit, and pool them into those results (in place); returns
+    how many points each worker timed."""
+    wanted = [{v: short_points(results, limit) for v, results in measured.items() if v in REPEATED}
+              for limit in workers.limits]
+    counts = [sum(map(len, w.values())) for w in wanted]
+    if not any(counts):
+        return counts
     import torch
 
     if torch.cuda.is_available():
         torch.cuda.empty_cache()  # the workers allocate their own inputs
-    for extra in workers.time(keys):
+    for extra in workers.time(wanted):
         for v, entries in extra.items():
             pool(measured[v], entries)
-    return count
+    return counts
 
 
 def pool(results: dict, extra: dict) -> None:
-    """Add a repeat process's entries to the first process's: samples and drift-free values
-    appended, the median retaken, dropped samples summed; a failed check there fails the point."""
+    """Add a repeat process's entries to the earlier processes': samples appended (the raw
+    series' median is over all of them), dropped samples summed, and the drift-free values
+    kept per process (``anchor_by_process``) and recorded level-free (``level_free``), so that
+    asv's median of them is the mean of the processes' medians and its test still sees the
+    scatter inside each process. A failed check there fails the point."""
     for key, e in extra.items():
         mine = results[key]
         if not e.get("ok", False):
             mine.update(ok=False, reason=f"failed in a repeat process: {e.get('reason') or e.get('skipped')}")
             continue
         mine["samples"] = mine["samples"] + e["samples"]
-        mine["anchor"] = (mine["anchor"] or []) + (e["anchor"] or [])
         mine["median"] = statistics.median(mine["samples"])
         mine["dropped"] += e["dropped"]
         mine["processes"] = mine.get("processes", 1) + 1
+        by_process = mine.get("anchor_by_process") or [mine["anchor"] or []]
+        mine["anchor_by_process"] = [p for p in by_process + [e["anchor"] or []] if p]
+        mine["anchor"] = level_free(mine["anchor_by_process"])
+
+
+def level_free(by_process: list[list[float]]) -> list[float]:
+    """The values of each process times the mean of the processes' medians over its own: every
+    process's median becomes that mean, and so (each process giving as many values) does the
+    median of them all; the scatter inside a process stays as measured."""
+    medians = [statistics.median(p) for p in by_process]
+    level = statistics.mean(medians)
+    return [v * level / m for p, m in zip(by_process, medians) for v in p]
 
 
 def measure(variant: str, keys: list[tuple]) -> dict:

@@ -132,7 +132,7 @@ def repeat_workers() -> repeat.Workers:
     """This device's repeat processes (verify_attn.repeat), started now so that they load while
     this process measures; a context manager. None with the anchor off: only drift-free
     series are repeated."""
-    return repeat.Workers(1 if anchor.commit() == "off" else repeat.PROCESSES.get(device(), 1))
+    return repeat.Workers(() if anchor.commit() == "off" else repeat.LIMITS.get(device(), ()))
 
 
 def repeat_short(measured: dict, workers: repeat.Workers) -> None:
@@ -141,10 +141,10 @@ def repeat_short(measured: dict, workers: repeat.Workers) -> None:
     if not anchored():
         return
     t0 = time.perf_counter()
-    pooled = repeat.extend({v: m["results"] for v, m in measured.items()}, workers)
-    if pooled:
-        progress(f"[verify_attn] {', '.join(measured)}: {pooled} short points timed in {len(workers) + 1} processes "
-                 f"({time.perf_counter() - t0:.0f} s)")
+    counts = repeat.extend({v: m["results"] for v, m in measured.items()}, workers)
+    if any(counts):
+        progress(f"[verify_attn] {', '.join(measured)}: short points timed again, {'+'.join(map(str, counts))} in "
+                 f"{len(counts)} more processes ({time.perf_counter() - t0:.0f} s)")
 
 
 def measure_quick() -> dict:
