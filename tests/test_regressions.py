@@ -222,3 +222,17 @@ def test_commit_url_of_a_github_actions_job(tmp_path, monkeypatch):
     assert regressions.commit_url(tmp_path) == "https://github.com/acme/verify-attn/commit/"
     monkeypatch.setenv("GITHUB_REPOSITORY", 'acme/x"><script>')
     assert regressions.commit_url(tmp_path) is None
+
+
+def test_a_step_accepted_at_an_unrecorded_commit_shows_at_the_first_recorded_one():
+    """regressions.first_of: 2c6b22e made the ragged plan but has no results; 8ecc171 is the
+    first recorded commit after it, where the graphs draw a step accepted at 2c6b22e. A
+    recorded commit is its own; one off the branches, or with nothing recorded after it, none."""
+    from verify_attn_tools import landing, regressions
+
+    recorded = {sha for sha, _ in landing.results_files(ROOT / "results", "nvidia-h200")}
+    first = regressions.first_of(ROOT, "2c6b22e", ["main"], recorded)
+    assert first is not None and first.startswith("8ecc171")
+    assert regressions.first_of(ROOT, first[:10], ["main"], recorded) == first
+    assert regressions.first_of(ROOT, "2c6b22e", ["main"], set()) is None
+    assert regressions.first_of(ROOT, "0" * 40, ["main"], recorded) is None

@@ -200,8 +200,9 @@ def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -
       series of its newest results) in the machine's tooltip, where asv shows machine.json's;
     - commit labels, drawn by asv as labelled vertical lines on every time axis (its git tags'
       place): where the drift-free series start against a new anchor ("anchor <sha>"), and the
-      steps benchmarks/accepted.json accepts ("accepted <sha>"), so a reader sees why a curve
-      steps there (accepted: False for a local site, whose checkout may lack those commits)."""
+      steps benchmarks/accepted.json accepts ("accepted <sha>", at the first recorded commit from
+      the accepted one on), so a reader sees why a curve steps there (accepted: False for a
+      local site, whose checkout may lack those commits)."""
     from . import report
 
     path = site / "index.json"
@@ -224,9 +225,11 @@ def annotate(site: Path, results_dir: Path, root: Path, accepted: bool = True) -
             seen = version or seen
     branches = asv_config(root).get("branches") or []
     for entry in regressions.load_accepted(root) if accepted else []:
-        sha = entry["commit"] and regressions.on_branches(root, entry["commit"], branches)
-        if sha in rev_of:
-            labels[f"accepted {sha[:7]}"] = rev_of[sha]
+        # drawn at the first recorded commit that has the step, named by the accepted one
+        where = entry["commit"] and regressions.first_of(root, entry["commit"], branches, rev_of)
+        if where:
+            sha = regressions.on_branches(root, entry["commit"], branches)
+            labels[f"accepted {sha[:7]}"] = rev_of[where]
     index["tags"] = {**(index.get("tags") or {}), **labels}
     path.write_text(json.dumps(index, separators=(",", ":")))
 

@@ -47,6 +47,23 @@ def on_branches(root: Path, commit: str, branches: list[str]) -> str | None:
     return None
 
 
+def first_of(root: Path, commit: str, branches: list[str], recorded) -> str | None:
+    """The first commit of the branches, from commit on (itself included), that recorded
+    (a container of full hashes) holds: where a step accepted at an unrecorded commit shows in
+    the history. None when no such commit is recorded yet."""
+    sha = on_branches(root, commit, branches)
+    if sha is None:
+        return None
+    if sha in recorded:
+        return sha
+    for branch in branches:
+        later = git(root, "rev-list", "--reverse", "--ancestry-path", f"{sha}..{branch}").stdout.split()
+        found = next((c for c in later if c in recorded), None)
+        if found:
+            return found
+    return None
+
+
 def accepted_between(root: Path, before: str, after: str) -> list[tuple[str, re.Pattern]]:
     """(commit, series regex) of the steps benchmarks/accepted.json accepts at a commit that
     `after` contains and `before` does not: the range a comparison of the two spans."""
