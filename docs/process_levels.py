@@ -10,9 +10,10 @@ appended each repeat process's drift-free values after the first process's, and 
 every process gives PER_PROCESS of them (16 timer samples, paired into rounds by
 measure.paired_ratios), so a point with k x PER_PROCESS values came from k processes (not so
 before 8ecc171: Quick then kept 24 values of one process, which this reads as three). Files
-recorded since hold each process's values scaled to one median: their levels no longer show. Per judged point (the kernels under
-test as report counts them; median time of 20 us or more; in at least two files) each statistic's spread over the
-files is max/min - 1, as `spread` takes it for the recorded one:
+recorded since hold each process's values scaled to one median: their levels no longer show.
+Per judged point (the kernels under test as report counts them; median time of 20 us or
+more; in at least two files) each statistic's spread over the files is max/min - 1, as
+`spread` takes it for the recorded one:
   pooled        the median of all values (what the suite records)
   mean          the mean of the per-process medians
   median        the median of the per-process medians

@@ -189,12 +189,11 @@ def test_asv_reads_each_benchmarks_source_once(monkeypatch):
     """benchmarks/__init__.py: after the fork server's discovery, building a benchmark by name
     (what each forked run does) reads no source, and what it builds is what asv_runner builds
     unaided: the same code, setup_cache key and version."""
+    import importlib
     import inspect
 
     from asv_runner.benchmarks import _base
     from asv_runner.discovery import disc_benchmarks, get_benchmark_from_name
-
-    import importlib
 
     import benchmarks
 

@@ -190,7 +190,7 @@ def test_level_free_values_have_the_mean_of_the_process_medians_as_their_median(
 
 
 def test_short_points_are_the_short_calls_of_tc_its_pinned_paths_and_naive():
-    """verify_attn.repeat.short_points: tc, tc_mma (variant_of tc) and naive under SHORT_CALL_S
+    """verify_attn.repeat.short_points: tc, tc_mma (variant_of tc) and naive under the limit
     with a yardstick; flash, a peer, a longer call and a point without drift-free values are not."""
     from verify_attn import repeat
 
