@@ -10,7 +10,7 @@ each device: verify_attn.grid.SELECTIONS.
 
 from verify_attn import cases, gpu, grid, prebuild, registry
 
-from .common import IMPLS, GridBenchmark
+from .common import IMPLS, GridBenchmark, stored
 
 
 class _FullGrid(GridBenchmark):
@@ -28,7 +28,7 @@ class _FullGrid(GridBenchmark):
         with suite.repeat_workers() as workers:  # loading while the grid is measured
             measured = {"full": suite.measure_grid(grid.HEADS), "chain": suite.measure_grid(None, "chain")}
             suite.repeat_short(measured, workers)  # the short calls again in those processes
-        return measured
+        return stored(measured)
 
 
 for _heads in grid.HEADS:
@@ -46,7 +46,7 @@ class _QuickSubset:
     def setup_cache(self):
         from verify_attn import suite
 
-        return suite.measure_quick()
+        return stored(suite.measure_quick())
 
 
 # The named-case gate's kernels: those under test with their pinned-path variants (tc_mma,
@@ -99,7 +99,7 @@ class ColdL2(GridBenchmark):
     def setup_cache(self):
         from verify_attn import suite
 
-        return suite.measure_grid(None, "cold")
+        return stored(suite.measure_grid(None, "cold"))
 
 
 class Chain(_FullGrid):
@@ -126,7 +126,7 @@ class Serving(GridBenchmark):
     def setup_cache(self):
         from verify_attn import suite
 
-        return suite.measure_serving()
+        return stored(suite.measure_serving())
 
 
 class ServingChain(GridBenchmark):
@@ -142,4 +142,4 @@ class ServingChain(GridBenchmark):
     def setup_cache(self):
         from verify_attn import suite
 
-        return suite.measure_serving("serving_chain")
+        return stored(suite.measure_serving("serving_chain"))

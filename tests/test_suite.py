@@ -40,7 +40,8 @@ def _fresh(code: str, env=None) -> str:
 def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
     """asv forks every benchmark run from a server that imported the benchmark modules: they
     must not import torch (a fork then costs 8.8 ms, not 1.2, on the H200's host), and a run's setup and track_
-    methods read the plain data setup_cache returned without importing it either."""
+    methods read the plain data setup_cache returned without importing it either, each run
+    unpickling its own entry."""
     import pickle
 
     from verify_attn import suite
@@ -48,8 +49,13 @@ def test_asvs_fork_server_holds_no_torch(tmp_path, monkeypatch):
     env = {"VERIFY_ATTN_GRID": "tiny", "VERIFY_ATTN_DEVICE": "cpu", "VERIFY_ATTN_ANCHOR": "off"}
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    cache = tmp_path / "cache.pickle"
-    cache.write_bytes(pickle.dumps(suite.measure_quick()))
+    from benchmarks.common import stored
+
+    measured = suite.measure_quick()
+    cache = tmp_path / "cache.pickle"  # as the set-up returns it: each entry in a file of its own (common.Entries)
+    cache.write_bytes(pickle.dumps(stored(measured, str(tmp_path / "entries"))))
+    assert len(cache.read_bytes()) < 4096 < len(pickle.dumps(measured))
+    assert len(list((tmp_path / "entries").iterdir())) == len(measured["results"])
     out = _fresh(f"""
 import pickle, sys
 import benchmarks.bench_machine, benchmarks.bench_profile, benchmarks.bench_resources
@@ -131,19 +137,18 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
     which has no CPU form: there no point is short and one process runs)."""
     from verify_attn import anchor, repeat, suite
 
-    assert repeat.LIMITS["cpu"] == () and len(repeat.LIMITS["cuda"]) > 1
+    assert repeat.LIMITS["cpu"] == {} and repeat.processes(repeat.LIMITS["cuda"]) > 1
     monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
     monkeypatch.setenv(anchor.ENV, "HEAD")
     monkeypatch.setattr(anchor, "_state", {})
-    monkeypatch.setitem(repeat.LIMITS, "cpu", (10.0, 0.0))  # the second repeat process: no call is that short
+    # flash and naive repeated instead of tc; the second repeat process takes no call that short
+    monkeypatch.setitem(repeat.LIMITS, "cpu", {"flash": (10.0, 0.0), "naive": (10.0,)})
     import statistics
 
     out = suite.measure_grid(None, "full")
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
-    monkeypatch.setattr(repeat, "KERNELS", ("tc",))
-    assert repeat.short_points(out["results"], 10.0) == []  # the CPU has no tc
-    monkeypatch.setattr(repeat, "KERNELS", ("flash", "naive"))
+    assert repeat.short_points(out["results"], {"tc": (10.0,)}, 0) == []  # the CPU has no tc
     quick = suite.measure_quick()  # Quick's timed points are repeated by its own processes
     assert {e.get("processes") for e in quick["results"].values() if not e["skipped"]} == {2}
     with suite.repeat_workers() as workers:
@@ -189,18 +194,27 @@ def test_level_free_values_have_the_mean_of_the_process_medians_as_their_median(
     assert repeat.level_free([[1.0, 3.0]]) == [1.0, 3.0]  # one process: as measured
 
 
-def test_short_points_are_the_short_calls_of_tc_its_pinned_paths_and_naive():
-    """verify_attn.repeat.short_points: tc, tc_mma (variant_of tc) and naive under the limit
-    with a yardstick; flash, a peer, a longer call and a point without drift-free values are not."""
+def test_short_points_are_each_kernels_calls_under_the_processs_limit():
+    """verify_attn.repeat.short_points: repeat process k takes a point of a kernel LIMITS names
+    (tc_mma by the tc it is a variant of) timed with a yardstick under that kernel's k-th limit;
+    flash, a peer, a longer call, a point without drift-free values and a process past the
+    kernel's limits are not. The H200's limits: tc's calls under 30 us in five processes, under
+    0.1 ms in three; naive's under 0.3 ms in three."""
     from verify_attn import repeat
 
     def entry(median, anchor=(1.0,)):
         return {"median": median, "anchor": list(anchor)}
 
     results = {(16, 9, 65536, "tc"): entry(7e-5), (16, 9, 65536, "tc_mma"): entry(9e-5),
-               (64, 9, 65536, "tc"): entry(1.6e-4), (16, 9, 0, "flash"): entry(9e-6), (16, 9, 0, "naive"): entry(3e-5),
+               (16, 9, 2048, "tc_mma"): entry(2.4e-5), (64, 9, 65536, "tc"): entry(1.6e-4),
+               (16, 9, 0, "flash"): entry(9e-6), (64, 33, 0, "naive"): entry(1.15e-4),
                (16, 9, 0, "torch"): entry(5e-5), (16, 9, 2048, "tc"): entry(2e-5, anchor=())}
-    assert sorted(repeat.short_points(results, 1e-4)) == [(16, 9, 0, "naive"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma")]
+    limits = repeat.LIMITS["cuda"]
+    assert repeat.processes(limits) == 4
+    taken = [sorted(repeat.short_points(results, limits, k)) for k in range(4)]
+    assert taken[0] == taken[1] == [(16, 9, 2048, "tc_mma"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma"),
+                                    (64, 33, 0, "naive")]
+    assert taken[2] == taken[3] == [(16, 9, 2048, "tc_mma")]
 
 
 def test_repeat_workers_that_get_no_points_exit(monkeypatch):
@@ -211,12 +225,12 @@ def test_repeat_workers_that_get_no_points_exit(monkeypatch):
     from verify_attn import repeat
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
-    with repeat.Workers((1.0,)) as workers:
+    with repeat.Workers({"tc": (1.0,)}) as workers:
         assert len(workers) == 1
         procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
     assert [p.returncode for p in procs] == [0] and not os.path.exists(tmp)
     with pytest.raises(KeyError):
-        with repeat.Workers((1.0,)) as workers:
+        with repeat.Workers({"tc": (1.0,)}) as workers:
             procs = [p for p, _ in workers.procs]
             raise KeyError("the measurement failed")
     assert [p.returncode for p in procs] == [0]
@@ -231,7 +245,7 @@ def test_repeat_workers_left_while_timing_end_and_let_the_error_through(monkeypa
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
     with pytest.raises(KeyError):
-        with repeat.Workers((1.0, 1.0)) as workers:
+        with repeat.Workers({"tc": (1.0, 1.0)}) as workers:
             procs, tmp = [p for p, _ in workers.procs], workers.tmp.name
             procs[0].stdin.close()  # as time() leaves it while the worker measures
             raise KeyError("interrupted while timing")
@@ -244,7 +258,7 @@ def test_no_repeat_workers_without_the_anchor(monkeypatch):
     from verify_attn import repeat, suite
 
     monkeypatch.setenv("VERIFY_ATTN_DEVICE", "cpu")
-    monkeypatch.setattr(repeat, "LIMITS", {"cpu": (1.0, 1.0)})
+    monkeypatch.setattr(repeat, "LIMITS", {"cpu": {"tc": (1.0, 1.0), "naive": (1.0,)}})
     with suite.repeat_workers() as workers:
         assert len(workers) == 2
     monkeypatch.setenv("VERIFY_ATTN_ANCHOR", "off")

@@ -7,8 +7,8 @@ two repeats inside one process within 0.6% of each other and tc against itself w
 (README, "The recorded history"). The levels of the processes of one machine start are as
 independent as those of different starts (docs/process_levels.py over five starts of
 854b079), so the way to a steady value is more processes, not more samples in one. Calls
-under the limits below carry it the most. For such points of the KERNELS (tc with its pinned
-paths, tc_mma among them, and naive) each repeat process whose limit the call is under
+under the limits below carry it the most. For such points of the kernels LIMITS names (tc with
+its pinned paths, tc_mma among them, and naive) each repeat process whose limit the call is under
 checks and times the kernel beside its twin again (verify_attn.measure.measure_case, the
 same inputs), and ``pool`` makes the point's drift-free value the mean of the processes'
 medians.
@@ -27,32 +27,41 @@ import sys
 import tempfile
 from pathlib import Path
 
-# One entry per repeat process: the median call time under which it repeats a point. Over five
-# starts of 854b079 (three processes under 0.1 ms) the mean of the process medians held every
-# grid point within 1.60% and Quick's within 1.03%, the largest at tc's 23-25 us calls (tc at
-# heads 64, q_len 9, prefix 2,048 in Quick): those get two processes more, the spread of a mean
-# of independent levels falling as one over the root of their count. The repeats of 62 points
-# in two processes took 32 s of a 331 s full suite.
-LIMITS = {"cuda": (1e-4, 1e-4, 3e-5, 3e-5), "cpu": ()}
+# Per kernel, one entry per repeat process: the median call time under which that process
+# repeats a point of the kernel. Over five starts of 854b079 (three processes under 0.1 ms) the
+# mean of the process medians held every grid point within 1.60% and Quick's within 1.03%, the
+# largest at tc's 23-25 us calls (tc at heads 64, q_len 9, prefix 2,048 in Quick), whose
+# processes settle at one of two levels about 2% apart: those get two processes more, the
+# spread of a mean of independent levels falling as one over the root of their count. Over four
+# starts of 88c800a naive's 115 us call (heads 64, q_len 33, prefix 0), one process, spread
+# 2.63%: its 8 values scatter by +-4% inside the process, so more values, from two processes
+# more. The repeats of 62 points in two processes took 32 s of a 331 s full suite.
+LIMITS = {"cuda": {"tc": (1e-4, 1e-4, 3e-5, 3e-5), "naive": (3e-4, 3e-4)}, "cpu": {}}
 # Quick too: its tc at heads 16, q_len 9, prefix 65,536 read 0.991, 1.006 and 0.996 x anchor
 # on three starts of c6e38c3 with 48 samples in one process (16 in each of three now).
 REPEATED = ("full", "chain", "quick")  # cold is not judged
-# Whose short calls: tc and its pinned paths, and naive. flash's held 0.9% over dbbc220's five
-# starts in one process and 0.94% over 8ecc171's two; naive's prefix-0 calls (0.03 ms) 1.8% and
-# 2.45% (Heads16, q_len 9), over the 2% goal.
-KERNELS = ("tc", "naive")
+# Whose short calls: tc and its pinned paths (tc_mma among them), and naive. flash's held 0.9%
+# over dbbc220's five starts in one process and 0.94% over 8ecc171's two; naive's prefix-0 calls
+# (0.03 ms) 1.8% and 2.45% (Heads16, q_len 9), over the 2% goal.
 
 
-def short_points(results: dict, limit: float) -> list[tuple]:
-    """The (heads, q_len, prefix_len, impl) keys of KERNELS' entries that were timed, with a
-    yardstick, at under limit seconds a call."""
+def processes(limits: dict) -> int:
+    """How many repeat processes these limits ({kernel: (limit, ...)}) take."""
+    return max(map(len, limits.values()), default=0)
+
+
+def short_points(results: dict, limits: dict, k: int) -> list[tuple]:
+    """The (heads, q_len, prefix_len, impl) keys of the entries that repeat process k (from 0)
+    times: timed, with a yardstick, at under the k-th limit of their kernel (limits, as in
+    LIMITS; a pinned path goes with the kernel it is a variant of) a call."""
     from . import registry
 
-    def repeated(name: str) -> bool:
+    def limit(name: str) -> float:
         impl = registry.get(name)
-        return impl.under_test and (name in KERNELS or impl.variant_of in KERNELS)
+        mine = limits.get(name, limits.get(impl.variant_of, ())) if impl.under_test else ()
+        return mine[k] if k < len(mine) else 0.0
 
-    return [key for key, e in results.items() if e.get("anchor") and repeated(key[-1]) and e["median"] < limit]
+    return [key for key, e in results.items() if e.get("anchor") and e["median"] < limit(key[-1])]
 
 
 class Workers:
@@ -62,13 +71,13 @@ class Workers:
     torch and library start-up (4.5-5 s a process on the H200's host). Used as a context
     manager: the processes no points reached are told so on leaving, and exit."""
 
-    def __init__(self, limits: tuple[float, ...]):
-        self.limits = tuple(limits)
+    def __init__(self, limits: dict):
+        self.limits = limits
         self.procs = []
         self.tmp = tempfile.TemporaryDirectory()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
-            for k in range(1, len(self.limits) + 1):
+            for k in range(1, processes(limits) + 1):
                 out = Path(self.tmp.name) / f"out{k}.pickle"
                 proc = subprocess.Popen([sys.executable, "-m", "verify_attn.repeat", str(out)],
                                         stdin=subprocess.PIPE, env=env)
@@ -126,10 +135,10 @@ class Workers:
 
 def extend(measured: dict, workers: Workers) -> list[int]:
     """Time the short points of each variant's results ({variant: results}) again in the
-    workers, each those under its limit, and pool them into those results (in place); returns
+    workers, each those under its limits, and pool them into those results (in place); returns
     how many points each worker timed."""
-    wanted = [{v: short_points(results, limit) for v, results in measured.items() if v in REPEATED}
-              for limit in workers.limits]
+    wanted = [{v: short_points(results, workers.limits, k) for v, results in measured.items() if v in REPEATED}
+              for k in range(len(workers))]
     counts = [sum(map(len, w.values())) for w in wanted]
     if not any(counts):
         return counts

@@ -132,7 +132,7 @@ def repeat_workers() -> repeat.Workers:
     """This device's repeat processes (verify_attn.repeat), started now so that they load while
     this process measures; a context manager. None with the anchor off: only drift-free
     series are repeated."""
-    return repeat.Workers(() if anchor.commit() == "off" else repeat.LIMITS.get(device(), ()))
+    return repeat.Workers({} if anchor.commit() == "off" else repeat.LIMITS.get(device(), {}))
 
 
 def repeat_short(measured: dict, workers: repeat.Workers) -> None:
