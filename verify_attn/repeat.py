@@ -35,7 +35,8 @@ from pathlib import Path
 # spread of a mean of independent levels falling as one over the root of their count. Over four
 # starts of 88c800a naive's 115 us call (heads 64, q_len 33, prefix 0), one process, spread
 # 2.63%: its 8 values scatter by +-4% inside the process, so more values, from two processes
-# more. The repeats of 62 points in two processes took 32 s of a 331 s full suite.
+# more. At 88c800a the repeats (61, 61, 26 and 26 points in four processes) took 43 s of a
+# 314 s full suite on the H200.
 LIMITS = {"cuda": {"tc": (1e-4, 1e-4, 3e-5, 3e-5), "naive": (3e-4, 3e-4)}, "cpu": {}}
 # Quick too: its tc at heads 16, q_len 9, prefix 65,536 read 0.991, 1.006 and 0.996 x anchor
 # on three starts of c6e38c3 with 48 samples in one process (16 in each of three now).
