@@ -24,7 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verify_attn import accuracy, candidate, measure, ops, suite  # noqa: E402
 from verify_attn.measure import paired_ratios  # noqa: E402
 
-POINTS = (("Chain", "chain", 16, 9, 16384), ("Heads16", "full", 16, 9, 16384), ("Chain", "chain", 8, 9, 2048),
+POINTS = (("Quick", "quick", 64, 9, 2048), ("Chain", "chain", 16, 9, 16384), ("Heads16", "full", 16, 9, 16384),
+          ("Chain", "chain", 8, 9, 2048),
           ("Heads64", "full", 64, 9, 16384))
 
 
