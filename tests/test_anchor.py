@@ -2,6 +2,7 @@
 in turn with its yardstick there; the timer's sample counts; the spread verb."""
 
 import gzip
+import itertools
 import json
 import re
 import time
@@ -128,6 +129,34 @@ def test_spread_keeps_points_that_some_runs_lack(tmp_path, capsys):
     assert re.search(r"or more \((\d+) of them in 2 of 3 runs\): met", text)
     assert spread.main([str(run), str(part), "--json", str(out)]) == 0
     assert "Serving" not in {r["class"] for r in json.loads(out.read_text())}
+
+
+def test_spread_names_the_file_that_reads_a_point_off(tmp_path, capsys):
+    """Per file, how far its drift-free values sit from the points' medians; a point beyond a
+    goal names the files that read it highest and lowest. One file with Quick's tc at heads 64,
+    q_len 9, prefix 2,048 set 3% higher than the recorded one is that point's high end and the
+    only file with a point beyond 1%."""
+    from conftest import ROOT
+    from verify_attn_tools import spread
+
+    run = ROOT / "results" / "nvidia-h200" / "8741e72b-reuse-py3.12.json"
+    d = json.loads(run.read_text())
+    key = "bench_verify_attn.Quick.track_time_vs_anchor"
+    entry = d["results"][key]
+    combos = list(itertools.product(*entry[1]))
+    k = combos.index(("64", "9", "2048", "'tc'"))
+    samples = d["result_columns"].index("samples")
+    entry[0][k] *= 1.03
+    entry[samples][k] = [v * 1.03 for v in entry[samples][k]]
+    high = tmp_path / "high.json"
+    high.write_text(json.dumps(d))
+    assert spread.main([str(run), str(run), str(high)]) == 1
+    text = capsys.readouterr().out
+    assert "# goal, x anchor within 1% at each of the 24 judged Quick points: NOT met at Quick 64 9 2048 tc 3.00% " \
+           "(high high.json +3.00%, low 8741e72b-reuse-py3.12.json +0.00%)" in text
+    assert re.search(r"# high.json: \d+ judged points, x anchor \+0\.0\d\d% from their medians on average, 1 beyond "
+                     r"\+-1%, most \+3\.00% at Quick 64 9 2048 tc", text)
+    assert re.search(r"# 8741e72b-reuse-py3.12.json: \d+ judged points, x anchor \+0\.000% .* 0 beyond", text)
 
 
 def test_the_spread_goals_judge_what_report_judges():

@@ -11,7 +11,10 @@ the largest of each per class, then per kernel over the judged points outside Qu
 largest and median spread, how many beyond 1% and 2%. The goal the history is held to: the drift-free spread within 1%
 at every Quick point and within 2% at every point of 20 us or more, for the series that judge
 (the kernels under test; not the peers nor what benchmarks/accepted.json takes off for good):
-the last lines say whether it is met and where not, and the exit code is 1 where it is not.
+the last lines say whether it is met and where not, which file reads the point highest and
+which lowest, and the exit code is 1 where it is not. Per file, over the judged points it holds:
+how far its drift-free values sit from each point's median over the files, on average and at
+most, so a start that reads a few points high stands apart from the scatter of all of them.
 """
 
 from __future__ import annotations
@@ -124,6 +127,44 @@ def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
     return out
 
 
+def deviations(runs: list[dict], kept: list[dict]) -> list[dict]:
+    """Per run, over the judged rows (kept) it holds: {(class, combo): its x anchor median over
+    the median of the runs that hold the point, minus 1}."""
+    out = []
+    for r in runs:
+        mine = {}
+        for row in kept:
+            key = (row["class"], row["combo"], "track_time_vs_anchor")
+            if key in r:
+                values = [other[key] for other in runs if key in other]
+                mine[key[:2]] = r[key] / statistics.median(values) - 1
+        out.append(mine)
+    return out
+
+
+def by_file(names: list[str], devs: list[dict], limit: float = 0.01) -> list[str]:
+    """One line per file: how many judged points, the mean deviation, how many beyond +-limit,
+    and the largest (deviations)."""
+    out = []
+    for name, d in zip(names, devs):
+        if not d:
+            out.append(f"# {name}: no judged point")
+            continue
+        (cls, combo), worst = max(d.items(), key=lambda kv: abs(kv[1]))
+        out.append(f"# {name}: {len(d)} judged points, x anchor {100 * statistics.mean(d.values()):+.3f}% "
+                   f"from their medians on average, {sum(abs(v) > limit for v in d.values())} beyond "
+                   f"+-{100 * limit:g}%, most {100 * worst:+.2f}% at {cls} {' '.join(map(str, combo))}")
+    return out
+
+
+def ends(row: dict, names: list[str], devs: list[dict]) -> str:
+    """Which file reads a point highest and which lowest, x anchor from its median."""
+    key = (row["class"], row["combo"])
+    held = [(d[key], n) for n, d in zip(names, devs) if key in d]
+    (lo, lo_name), (hi, hi_name) = min(held), max(held)
+    return f"high {hi_name} {100 * hi:+.2f}%, low {lo_name} {100 * lo:+.2f}%"
+
+
 def main(argv=None) -> int:
     p = parser("spread", __doc__)
     p.add_argument("files", nargs="+", type=Path)
@@ -150,11 +191,15 @@ def main(argv=None) -> int:
     kept = judged(rows)  # accepted.json read once
     for line in by_kernel(rows, kept):
         print(line)
+    names = [f.name for f in args.files]
+    devs = deviations([m for _, m in loaded], kept)
+    for line in by_file(names, devs):
+        print(line)
     met = True
     for words, beyond in verdicts(rows, args.min_ms, kept, runs=n):
         met &= not beyond
         print(f"# goal, {words}: " + ("met" if not beyond else "NOT met at " + ", ".join(
-            f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}%" for r in beyond)))
+            f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}% ({ends(r, names, devs)})" for r in beyond)))
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "combo"} for r in rows], indent=1))
     return 0 if met else 1
