@@ -130,16 +130,9 @@ def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
 def deviations(runs: list[dict], kept: list[dict]) -> list[dict]:
     """Per run, over the judged rows (kept) it holds: {(class, combo): its x anchor median over
     the median of the runs that hold the point, minus 1}."""
-    out = []
-    for r in runs:
-        mine = {}
-        for row in kept:
-            key = (row["class"], row["combo"], "track_time_vs_anchor")
-            if key in r:
-                values = [other[key] for other in runs if key in other]
-                mine[key[:2]] = r[key] / statistics.median(values) - 1
-        out.append(mine)
-    return out
+    keys = [(row["class"], row["combo"], "track_time_vs_anchor") for row in kept]
+    middle = {k: statistics.median(r[k] for r in runs if k in r) for k in keys}
+    return [{k[:2]: r[k] / middle[k] - 1 for k in keys if k in r} for r in runs]
 
 
 def by_file(names: list[str], devs: list[dict], limit: float = 0.01) -> list[str]:
