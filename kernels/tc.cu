@@ -136,8 +136,7 @@ int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t s
   const Layout l = layout_of(p, plan);
   if (err != int(cudaSuccess) || !l.slots) return err;
   const dim3 mgrid((l.R + kMergeWarps - 1) / kMergeWarps, p.batch);
-  tc_merge<<<mgrid, kMergeWarps * 32, 0, stream>>>(p, tc_args(p, plan, workspace, 0));
-  return int(cudaGetLastError());
+  return launch_overlapped(tc_merge, mgrid, kMergeWarps * 32, 0, stream, p, tc_args(p, plan, workspace, 0));
 }
 
 }  // namespace verify_attn

@@ -168,6 +168,7 @@ struct Work {
 };
 // False when the block's slot is one no element needed (uniform: the whole block leaves).
 __device__ __forceinline__ bool block_work(const Params& p, const TcArgs& a, int N, int* info, int warp, Work& w) {
+  grid_dependency_wait();  // the first memory access of every tc kernel comes after this
   w.key_lo = 0;
   w.slot = 0;
   if (a.slots == 0) {

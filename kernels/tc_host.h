@@ -51,6 +51,29 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
   return a;
 }
 
+// kernel<<<grid, threads, smem, stream>>>(p, a), launched so that it may overlap the stream's
+// previous grid where the GPU can (programmatic dependent launch, compute capability 9.0 on;
+// the kernel waits in grid_dependency_wait before touching memory).
+inline int launch_overlapped(void (*kernel)(Params, TcArgs), dim3 grid, int threads, int smem, cudaStream_t stream,
+                             const Params& p, const TcArgs& a) {
+  int dev = 0, major = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (err != cudaSuccess) return int(err);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = major >= 9 ? 1 : 0;
+  err = cudaLaunchKernelEx(&cfg, kernel, p, a);
+  return int(err != cudaSuccess ? err : cudaGetLastError());
+}
+
 template <void (*Kernel)(Params, TcArgs)>
 int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
   // Opt in to the dynamic shared memory once per device (legal during graph capture).
@@ -65,8 +88,7 @@ int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* works
   }
   const Layout l = layout_of(p, plan);
   const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
-  Kernel<<<grid, plan.threads, plan.smem_bytes, stream>>>(p, tc_args(p, plan, workspace, off_parent));
-  return int(cudaGetLastError());
+  return launch_overlapped(Kernel, grid, plan.threads, plan.smem_bytes, stream, p, tc_args(p, plan, workspace, off_parent));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
   const int lane = threadIdx.x & 31;
   const int r = blockIdx.x * kMergeWarps + (threadIdx.x >> 5);
   const int b = blockIdx.y;
+  grid_dependency_wait();  // the attention grid's partials
   if (r >= a.R) return;
   const int2 meta = a.meta[b];
   const int first = meta.x, n = meta.y;
