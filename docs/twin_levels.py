@@ -12,7 +12,8 @@ Run it in several processes: 'self' stays within about 0.3% of 1 while the other
 together from process to process (README, "The recorded history"), so the level belongs to the
 two loaded copies of the kernel, not to the data or the timer. --one-set times every call on
 the first input set alone, so the inputs no longer push the kernels' code out of the L2 between
-calls (not yet run: whether the levels then close up tells if instruction fetch is their cause).
+calls. Run on one H200 start (docs/timing.md, "Two copies of one kernel"): the levels did not
+close up, so instruction fetch after eviction is not their cause.
 """
 
 import statistics
