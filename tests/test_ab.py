@@ -2,6 +2,7 @@
 build in its own namespace, and, in a copy of this repository on the CPU, a correctness break
 exits 2 untimed and a 2x slowdown of flash's CPU twin exits 1."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -144,6 +145,20 @@ def test_the_table_reads_in_words_with_the_pairs_spread():
     assert "| h64 q9 p65536 | tc | 0.1000 ms | 0.1018 ms | 1.8% slower | 0.4% | 18/20 |" in text
     assert "| 1.32x faster | 1.3% |" in text and "x1.0" not in text
     assert ab.quartiles([1.0, 2.0, 3.0, 4.0, 5.0]) == (2.0, 4.0)
+
+
+def test_several_selections_name_their_class_in_one_table():
+    rows = [dataclasses.replace(ab.Row("h8 q9 p2048", "tc", "slower", 1e-4, 1.05e-4, 1.05, 20, 20, 1e-6), selection="chain"),
+            dataclasses.replace(ab.Row("b8 h16 q9", "tc", "same", 1e-4, 1e-4, 1.0, 10, 20, 1.0), selection="serving_chain"),
+            ab.Row("h64 q9 p2048", "tc", "same", 1e-4, 1e-4, 1.0, 10, 20, 1.0)]
+    text = ab.markdown(rows, "aaaaaaaa", "bbbbbbbb", "cuda", 1.01, [], ("quick", "chain", "serving_chain"))
+    head = text.splitlines()[0]
+    assert "(quick, chain, serving_chain points): slower (1 slower, worst tc at Chain h8 q9 p2048 5.0% slower)" in head
+    assert "| Chain h8 q9 p2048 | tc |" in text and "| ServingChain b8 h16 q9 | tc |" in text
+    assert "| Quick h64 q9 p2048 | tc |" in text
+    # One selection keeps the plain point names and the old heading.
+    one = ab.markdown(rows[:1], "aaaaaaaa", "bbbbbbbb", "cuda", 1.01, [], ("chain",))
+    assert "(chain points): slower" in one and "| h8 q9 p2048 | tc |" in one
 
 
 def test_points_the_grid_lacks_are_refused_before_any_build(monkeypatch, capsys):

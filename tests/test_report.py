@@ -305,6 +305,24 @@ def test_ab_at_another_selection_names_its_class(results, capsys):
                                                                              "impl": "'tc'"}
 
 
+def test_ab_over_several_selections_names_each_rows_class(results, capsys):
+    """ab --points quick chain serving_chain: one file, each row carries its selection, and the
+    comment names each row's class (a row without one falls back to Quick)."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    rows = [("b8 h16 q9", "tc", "slower", 1.05), ("h8 q9 p2048", "tc", "faster", 0.9), ("h64 q9 p2048", "tc", "same", 1.001)]
+    f = ab_file(path, rows, exit=1, points=["serving_chain", "chain", "quick"])
+    data = json.loads(f.read_text())
+    for row, sel in zip(data["rows"], ("serving_chain", "chain", "quick")):
+        row["selection"] = sel
+    f.write_text(json.dumps(data))
+    assert run(path, a, b, "--ab", str(f)) == 1
+    out = capsys.readouterr().out
+    assert "worst tc at ServingChain b8 h16 q9 5.0% slower" in out.splitlines()[2]
+    assert "| ServingChain b8 h16 q9 | tc |" in out and "| Chain h8 q9 p2048 | tc |" in out
+    assert "| Quick h64 q9 p2048 | tc |" in out and "Quick b8" not in out and "Quick h8" not in out
+
+
 def test_an_ab_refusal_or_failure_fails_the_comment(results, capsys):
     path, a, b = results
     write(path, "nvidia-h200", b, BASE)

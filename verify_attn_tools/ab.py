@@ -1,6 +1,6 @@
 """Paired check: a base commit's kernels and the checkout's, timed in one process, in turn.
 
-    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--points quick] [--json FILE]
+    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--points quick chain ..] [--json FILE]
 
 BASE (a git revision, default main) has its kernels/ built from git into its own op
 namespace (va_base) beside the checkout's own build (the working tree as it is, committed or
@@ -15,10 +15,11 @@ Per kernel and point: the ratio is the median of the pairs' head/base time ratio
 when it is above the factor and at least the sign test's share of pairs is slower (two-sided,
 p < 0.01: 17 of 20 pairs, 10 of 10), "faster" the other way round. Before timing, the
 checkout's kernels must pass every named case (verify_attn.parity, the Quick gate), and
-both sides each timed point, against the float64 reference. --points times another selection
-of the grid instead of Quick's (chain: batch 1 chain trees at prefix 2,048-65,536; serving and
-serving_chain: the ragged batches, where a plan change for batch > 1 shows and Quick's points
-do not), the gate unchanged.
+both sides each timed point, against the float64 reference. --points times other selections
+of the grid instead of Quick's, or beside it (chain: batch 1 chain trees at prefix
+2,048-65,536; serving and serving_chain: the ragged batches, where a plan change for batch > 1
+shows and Quick's points do not), in the one process with one build and one gate: `--points
+quick chain serving_chain` is the whole kernel picture in one call.
 Exit 2 when the checkout fails a check (nothing is timed) or nothing could be timed (no kernel
 runs on this device: one line says why), 1 when a kernel got slower, 0 otherwise; a markdown table on stdout (the job's log), --json for
 the rows, which `python -m verify_attn report --ab FILE` makes the pull request's one verdict.
@@ -87,6 +88,7 @@ class Row:
     reason: str = ""
     iqr: tuple | None = None       # (first, third) quartile of the pairs' head/base ratios: the spread
     clock_mhz: float | None = None # median SM clock over the pairs' samples (None: not read, a CPU)
+    selection: str = "quick"       # the grid's selection the point belongs to (--points)
 
 
 def judge(base: list[float], head: list[float], factor: float, alpha: float = ALPHA) -> tuple[str, float, int, float]:
@@ -150,10 +152,16 @@ def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor:
 
 
 def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, failed: list[str],
-             points: str = "quick") -> str:
+             points: tuple[str, ...] = ("quick",)) -> str:
     """The check's own table (its log; the pull request's comment is report's, from --json): the
     wording and columns of report's."""
-    from .report import change_words
+    from .report import AB_CLASS, change_words
+
+    points = (points,) if isinstance(points, str) else tuple(points)
+    several = len(points) > 1
+
+    def where(r: Row) -> str:  # the point, named with its selection's class where several were timed
+        return f"{AB_CLASS.get(r.selection, r.selection)} {r.point}" if several else r.point
 
     slower = [r for r in rows if r.status == "slower"]
     faster = [r for r in rows if r.status == "faster"]
@@ -161,13 +169,13 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
         verdict = "failed"
     elif slower:
         worst = max(slower, key=lambda r: r.ratio)
-        verdict = f"slower ({len(slower)} slower, worst {worst.impl} at {worst.point} {change_words(worst.ratio)})"
+        verdict = f"slower ({len(slower)} slower, worst {worst.impl} at {where(worst)} {change_words(worst.ratio)})"
     elif faster:
         best = min(faster, key=lambda r: r.ratio)
-        verdict = f"faster ({len(faster)} faster, best {best.impl} at {best.point} {change_words(best.ratio)})"
+        verdict = f"faster ({len(faster)} faster, best {best.impl} at {where(best)} {change_words(best.ratio)})"
     else:
         verdict = "no change"
-    at = "" if points == "quick" else f" ({points} points)"
+    at = "" if points == ("quick",) else f" ({', '.join(points)} points)"
     lines = [f"**verify-attn ab {base} -> {head} on {device}{at}: {verdict}**", "",
              f"Paired in one process (base and head in turn, same inputs); change = median of the pairs' "
              f"head/base time; slower/faster beyond {factor:g} with the sign test at p < {ALPHA:g}; spread = the "
@@ -177,12 +185,12 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
     order = {"failed": 0, "slower": 1, "base failed": 2, "new": 3, "faster": 4, "same": 5}
     lines += ["| point | impl | base | head | change | spread | slower pairs | p | status |",
               "|---|---|---:|---:|---|---:|---:|---:|---|"]
-    for r in sorted(rows, key=lambda r: (order[r.status], r.point, r.impl)):
+    for r in sorted(rows, key=lambda r: (order[r.status], where(r), r.impl)):
         if r.ratio is None:
-            lines.append(f"| {cell(r.point)} | {cell(r.impl)} | | | | | | | {r.status}: {cell(r.reason)} |")
+            lines.append(f"| {cell(where(r))} | {cell(r.impl)} | | | | | | | {r.status}: {cell(r.reason)} |")
             continue
         spread = f"{100 * (r.iqr[1] - r.iqr[0]) / r.ratio:.1f}%" if r.iqr else "-"
-        lines.append(f"| {cell(r.point)} | {cell(r.impl)} | {r.base_s * 1e3:.4f} ms | {r.head_s * 1e3:.4f} ms | "
+        lines.append(f"| {cell(where(r))} | {cell(r.impl)} | {r.base_s * 1e3:.4f} ms | {r.head_s * 1e3:.4f} ms | "
                      f"{change_words(r.ratio)} | {spread} | {r.slower}/{r.pairs} | {r.p:.2g} | "
                      f"{'ok' if r.status == 'same' else r.status} |")
     return "\n".join(lines)
@@ -196,8 +204,8 @@ def main(argv=None) -> int:
     p.add_argument("--impl", nargs="+", choices=registry.names(), help="default: the compiled kernels under test")
     p.add_argument("--pairs", type=int, default=20, help="pairs a kernel and point, even (default 20; 10 for calls over 20 ms)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--points", default="quick", choices=POINTS,
-                   help="the grid's selection to time (default quick; the gate is Quick's either way)")
+    p.add_argument("--points", nargs="+", default=["quick"], choices=POINTS,
+                   help="the grid's selections to time, in this order (default quick; the gate is Quick's either way)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.pairs < 10 or args.pairs % 2:
@@ -227,13 +235,18 @@ def run(args) -> int:
     dirty = bool(git("status", "--porcelain", "--untracked-files=no", "--", "kernels", "verify_attn").strip())
     head = f"{head_sha[:8]}{' + working tree' if dirty else ''}"
     dev = suite.device()
-    impls = [i for i in (args.impl or suite.impls(args.points)) if registry.get(i).compiled and
-             (args.impl or registry.get(i).under_test)]
-    if not impls:
-        raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
-    points = selected(args.points)
-    if not points:
-        raise Refusal(f"--points {args.points}: this device's grid ({dev}) has no such points (verify_attn.grid)")
+    selections = list(dict.fromkeys(args.points))  # each once, in the order given
+    chosen = {}  # selection -> (kernels to time, (case, point) list)
+    for sel in selections:
+        impls = [i for i in (args.impl or suite.impls(sel)) if registry.get(i).compiled and
+                 (args.impl or registry.get(i).under_test)]
+        if not impls:
+            raise Refusal("--impl: ab compares compiled kernels, and none was chosen")
+        points = selected(sel)
+        if not points:
+            raise Refusal(f"--points {sel}: this device's grid ({dev}) has no such points (verify_attn.grid)")
+        chosen[sel] = (impls, points)
+    impls = list(dict.fromkeys(i for sel in selections for i in chosen[sel][0]))
     t0 = time.perf_counter()
     ops.load()
     # Nothing to time is a refusal (exit 2), never an empty table read as "no change".
@@ -252,15 +265,18 @@ def run(args) -> int:
     failed = parity.failures(parity.gate(dev, of(gated)))
     rows = []
     if not failed:
-        timer = suite.timer(sample_s=10e-3) if args.points.startswith("serving") else suite.timer()
-        for case, point in points:
-            rows += compare_point(case, point, impls, timer, args.factor, args.pairs, args.seed)
-    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, args.points)
+        for sel in selections:
+            sel_impls, points = chosen[sel]
+            timer = suite.timer(sample_s=10e-3) if sel.startswith("serving") else suite.timer()
+            for case, point in points:
+                for r in compare_point(case, point, sel_impls, timer, args.factor, args.pairs, args.seed):
+                    rows.append(dataclasses.replace(r, selection=sel))
+    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, tuple(selections))
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
     if not failed and not any(r.ratio is not None for r in rows):
-        print(f"python -m verify_attn ab: nothing was timed on {dev} (no {args.points} point ran a kernel of both "
+        print(f"python -m verify_attn ab: nothing was timed on {dev} (no {', '.join(selections)} point ran a kernel of both "
               f"sides: {', '.join(impls)})", file=sys.stderr)
         code = 2
     if args.json:
@@ -270,6 +286,7 @@ def run(args) -> int:
 
             gpu = torch.cuda.get_device_name()
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
-                                         "alpha": ALPHA, "exit": code, "failed": failed, "points": args.points,
+                                         "alpha": ALPHA, "exit": code, "failed": failed,
+                                         "points": selections[0] if len(selections) == 1 else selections,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code

@@ -478,10 +478,12 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         code = 2 if failed or cases or ab_failed else 1 if slower else 0
         judged_any = any(num(r.get("ratio")) is not None for r in ab_rows)
 
-        ab_cls = AB_CLASS.get(str(ab.get("points", "quick")), "Quick")
+        def ab_cls(r):  # a row's asv class: its own selection (ab's --points), else the file's one
+            points = ab.get("points", "quick")
+            return AB_CLASS.get(str(r.get("selection") or (points if isinstance(points, str) else "quick")), "Quick")
 
         def where(r):
-            return f"{cell(r.get('impl'))} at {ab_cls} {cell(r.get('point'))}"
+            return f"{cell(r.get('impl'))} at {ab_cls(r)} {cell(r.get('point'))}"
 
         def ratio_of(r):
             return num(r.get("ratio"))
@@ -560,9 +562,9 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
                   + ", ".join(map(cell, ab["failed"])) + ".", ""]
     graphs = []
     if ab is not None:
-        decide = [ab_line(r, by_point, ab_cls) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
-        same = [ab_line(r, by_point, ab_cls) for r in ab_rows if r["status"] == "same"]
-        graphs = [(f"{r['impl']} at {ab_cls} {r['point']}", f"{BENCH}.{ab_cls}.{ANCHOR}",
+        decide = [ab_line(r, by_point, ab_cls(r)) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]
+        same = [ab_line(r, by_point, ab_cls(r)) for r in ab_rows if r["status"] == "same"]
+        graphs = [(f"{r['impl']} at {ab_cls(r)} {r['point']}", f"{BENCH}.{ab_cls(r)}.{ANCHOR}",
                    ab_params(str(r["point"]), str(r["impl"])))
                   for r in ab_rows if r["status"] in ("failed", "slower", "faster")]
         rest = [("counted points unchanged (the paired check)", same),
