@@ -157,7 +157,6 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
     wording and columns of report's."""
     from .report import AB_CLASS, change_words
 
-    points = (points,) if isinstance(points, str) else tuple(points)
     several = len(points) > 1
 
     def where(r: Row) -> str:  # the point, named with its selection's class where several were timed
