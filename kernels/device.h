@@ -50,16 +50,11 @@ __device__ __forceinline__ bool zero_nonfinite(uint32_t& w) {
 
 // Programmatic dependent launch (compute capability 9.0 on; tc_host.h launches tc's grids so):
 // a grid's blocks may start while the stream's previous grid drains. Each waits here for that
-// grid's end and its writes before touching memory, then lets the next grid (the merge) start
-// arriving on SMs as they free up. No-ops on older GPUs and in a grid launched plainly.
+// grid's end and its writes before touching memory. No-op on older GPUs and in a grid launched
+// plainly. (No explicit launch_dependents: docs/tc.md, "Launch and merge", says why.)
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
 

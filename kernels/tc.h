@@ -83,6 +83,8 @@ constexpr int kKSteps = kKeyDim / 16;      // 36 k-steps of QK^T
 constexpr int kSplitOverheadTiles = 4;     // cost of a split beyond its tiles, in tiles
 constexpr int kMaxSplits = 128;
 constexpr int kMergeWarps = 4;
+constexpr int kMergeParts = 4;  // at most, warps a merged row: each takes 128 of its 512 columns
+constexpr int kMergeWarpsWanted = 2048;  // enough warps in flight (16 an SM of 132) to cover the L2's latency
 
 // The block's bookkeeping in shared memory, after the tiles in both paths' layouts.
 struct BlockInfo {
@@ -98,6 +100,7 @@ struct TcArgs {
   int group_rows;  // rows an m-group (multiple of 16, <= 64)
   int slots;       // 0: one block per (m-group, element), written directly; else partial slots
   int parent_cap;  // parent entries staged in shared memory
+  int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
   float* ws_o;     // slots x R x 512, normalised partial outputs
   float* ws_lse;   // slots x R, log2 units
   int2* meta;      // batch: (first slot, splits) of each element

@@ -20,7 +20,7 @@ namespace {
 inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 
 struct Layout {  // the plan's derived values, recomputed identically by plan and launch
-  int R, groups, group_rows, slots;
+  int R, groups, group_rows, slots, merge_parts;
   int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
 };
 
@@ -33,6 +33,11 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
   l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
   l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
+  // Few rows and many splits: a warp a row leaves the merge latency-bound on few SMs, so a
+  // row's columns are shared out; many rows already fill the GPU (and each part repeats the
+  // row's weights).
+  const int64_t rows = int64_t(l.R) * p.batch;
+  l.merge_parts = rows * 2 <= kMergeWarpsWanted ? (rows * 4 <= kMergeWarpsWanted ? 4 : 2) : 1;
   return l;
 }
 
@@ -44,6 +49,7 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
   a.group_rows = l.group_rows;
   a.slots = l.slots;
   a.parent_cap = (plan.smem_bytes - off_parent) / 4;
+  a.merge_parts = l.merge_parts;
   char* ws = static_cast<char*>(workspace);
   a.ws_o = l.slots ? reinterpret_cast<float*>(ws) : nullptr;
   a.ws_lse = l.slots ? reinterpret_cast<float*>(ws + l.ws_o_bytes) : nullptr;
@@ -56,10 +62,16 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
 // the kernel waits in grid_dependency_wait before touching memory).
 inline int launch_overlapped(void (*kernel)(Params, TcArgs), dim3 grid, int threads, int smem, cudaStream_t stream,
                              const Params& p, const TcArgs& a) {
-  int dev = 0, major = 0;
+  static int major_of[64] = {};  // a device's compute capability, read once (0: not yet)
+  int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
-  if (err == cudaSuccess) err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
   if (err != cudaSuccess) return int(err);
+  int major = dev >= 0 && dev < 64 ? major_of[dev] : 0;
+  if (major == 0) {
+    err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (err != cudaSuccess) return int(err);
+    if (dev >= 0 && dev < 64) major_of[dev] = major;
+  }
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
