@@ -14,15 +14,6 @@
 namespace verify_attn {
 namespace {
 
-// tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
-// wgmma, wgmma_t (the transposed MMAs for few rows) and wgmma_ws (warp-specialized: a
-// producer warpgroup and two consumers on alternate tiles) on compute capability 9.0 alone,
-// where the build compiles sm_90a.
-constexpr int kPathMma = 0;
-constexpr int kPathWgmma = 1;
-constexpr int kPathWgmmaT = 2;
-constexpr int kPathWgmmaWs = 3;
-
 // On compute capability 9.0 the plan takes wgmma_ws but at the shortest ranges. Measured on an H200
 // (`python -m verify_attn measure`, chain tree, 15 samples with the kernels alternating, one
 // process): heads 64 q_len 9 prefix 65,536 wgmma_ws 0.156 ms against wgmma 0.252 (FlashMLA
@@ -82,7 +73,7 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const int group_rows = ((R + groups - 1) / groups + 15) / 16 * 16;
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
-  const bool wgmma_ws = sm90a && optin >= ws::kBaseBytes;
+  const bool wgmma_ws = sm90a && optin >= ws::kBaseBytesDeal;
   const bool short_range = p.kv_cols <= 2 * ws::N;
   if (path == kAnyPath) path = wgmma_ws && !short_range ? kPathWgmmaWs : wgmma ? kPathWgmma : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
@@ -117,10 +108,25 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
     splits = min(splits, max(1, max_tiles / min_split_tiles(path)));
     splits = min(splits, kMaxSplits);
   }
+  // wgmma_ws, several elements, split: FlashMLA's dealing instead (tc.h, deal_locate). The
+  // elements' tiles (and a fixed cost each) are concatenated and dealt to S slots, a slot's
+  // block walking the elements it touches, so S = SMs / m-groups gives one wave of equal
+  // work (at least 2: layout_of reads num_splits > 1 as dealt). num_splits is S here, and
+  // split_len the nominal keys a slot. Not more slots than min_split_tiles' floor allows
+  // at the longest prefix (short caches: fewer, longer pieces).
+  const bool dealt = path == kPathWgmmaWs && p.batch > 1 && splits > 1;
+  if (dealt) {
+    const int64_t max_tiles = (p.kv_cols + n - 1) / n;
+    splits = int(max(int64_t(2), min(int64_t(num_sms / groups), p.batch * max(int64_t(1), max_tiles / min_split_tiles(path)))));
+  }
+  if (dealt) {  // tc_attn_ws_deal's shared memory holds more before the parents
+    plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
+  }
   plan.num_splits = splits;
-  const int len = (p.kv_cols + splits - 1) / splits;  // nominal: splits are dealt out by work
-  plan.split_len = (len + n - 1) / n * n;
-  plan.blocks = int(base_blocks * splits);
+  const int64_t keys_all = dealt ? int64_t(p.batch) * p.kv_cols : p.kv_cols;
+  const int64_t len = (keys_all + splits - 1) / splits;  // nominal: splits are dealt out by work
+  plan.split_len = int((len + n - 1) / n * n);
+  plan.blocks = int((dealt ? groups : base_blocks) * splits);
   const Layout l = layout_of(p, plan);
   plan.workspace_bytes = l.ws_o_bytes + l.ws_lse_bytes + l.meta_bytes;
   return plan;

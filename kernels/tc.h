@@ -10,7 +10,8 @@
 //   tc_wgmma_t.h, .cu  the same transposed for few query rows (sm_90a): tc_attn_wgt<NW>
 //   tc_wgmma_ws.h, .cu the same block warp-specialized (sm_90a): tc_attn_ws, a cp.async
 //                      producer warpgroup (mbarriers) and two consumer warpgroups on
-//                      alternate tiles, so one's softmax overlaps the other's MMAs
+//                      alternate tiles, so one's softmax overlaps the other's MMAs; and
+//                      tc_attn_ws_deal, the same over a ragged batch's dealt tiles
 //   tc_merge.h         the log-sum-exp merge of split partials, one kernel for every path
 //   tc_host.h          the host pieces the .cu files share, the paths' launchers
 //   tc.cu              the plan (the path and tile chosen once, recorded in Plan::path), the
@@ -99,6 +100,8 @@ struct TcArgs {
   int R;           // query rows an element: heads * q_len
   int group_rows;  // rows an m-group (multiple of 16, <= 64)
   int slots;       // 0: one block per (m-group, element), written directly; else partial slots
+  int deal;        // dealt mode (tc_attn_ws_deal, batch > 1): S, the slots the concatenated tiles are dealt to
+                   // (grid y = S, partial slots = S + batch); 0: locate()'s per-element slots
   int parent_cap;  // parent entries staged in shared memory
   int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
   float* ws_o;     // slots x R x 512, normalised partial outputs
@@ -165,6 +168,65 @@ __device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* i
   }
 }
 
+// Dealt mode (TcArgs::deal = S > 0; tc_attn_ws_deal, batch > 1, FlashMLA's dealing): the
+// elements' work is concatenated, element b taking kSplitOverheadTiles virtual positions (a
+// piece's fixed cost) followed by deal_tiles(b) real ones, T positions in all, and slot s
+// covers positions [floor(s T / S), floor((s + 1) T / S)) (S capped at T). A piece is a slot's share of one
+// element's real tiles (never empty: a slot that holds only virtual positions of an element
+// has no piece of it); piece (s, b) writes partial slot s + b, so an element's pieces have
+// contiguous ids and the ids stay below S + batch. tests/test_dealing.py mirrors these three
+// functions line for line.
+__device__ __forceinline__ int deal_tiles(const Params& p, int b, int N) {  // >= 1: every element has a piece
+  return max(1, (element_keys(p, b) + N - 1) / N);
+}
+// The slot that holds position x (the largest s with floor(s T / S) <= x).
+__device__ __forceinline__ int deal_slot_of(int64_t x, int S, int64_t T) { return int(((x + 1) * S - 1) / T); }
+// Run by one warp; result in info[0..4]: the first element with a real tile at or past the
+// slot's begin (p.batch: none), that element's start in the concatenation, the slot's begin
+// and end, T. With blockIdx.x == 0 it writes the meta (first id, pieces) of the elements
+// whose first real tile lies in the slot (here, not in deal_next: the producer warpgroup's 56
+// registers do not take a 64-bit division).
+__device__ void deal_locate(const Params& p, const TcArgs& a, int slot, int N, int* info) {
+  const int lane = threadIdx.x & 31;
+  int64_t total = 0;
+  for (int b0 = 0; b0 < p.batch; b0 += 32)
+    if (b0 + lane < p.batch) total += kSplitOverheadTiles + deal_tiles(p, b0 + lane, N);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) total += __shfl_xor_sync(0xffffffffu, total, o);
+  const int T = int(total);
+  // No more slots than positions (S <= T: no slot is empty, so an element's pieces lie in
+  // consecutive slots and their ids s + b are consecutive); the slots past S hold nothing.
+  const int S = min(a.deal, T);
+  const int lo = slot < S ? int(int64_t(slot) * T / S) : T, hi = slot < S ? int(int64_t(slot + 1) * T / S) : T;
+  int first = p.batch, c0 = 0, base = 0;
+  for (int b0 = 0; b0 < p.batch && base < hi; b0 += 32) {
+    const int b = b0 + lane;
+    const int tiles = b < p.batch ? deal_tiles(p, b, N) : 0;
+    const int w = b < p.batch ? kSplitOverheadTiles + tiles : 0;
+    int incl = w;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    const int start = base + incl - w + kSplitOverheadTiles;  // element b's first real tile
+    if (blockIdx.x == 0 && b < p.batch && start >= lo && start < hi)
+      a.meta[b] = make_int2(slot + b, deal_slot_of(start + tiles - 1, S, T) - slot + 1);
+    // the element ends past lo (none in an empty slot, S > T: a piece is never empty)
+    const unsigned hit = __ballot_sync(0xffffffffu, b < p.batch && base + incl > lo && lo < hi);
+    const int excl = __shfl_sync(0xffffffffu, incl - w, hit ? __ffs(hit) - 1 : 0);
+    if (hit && first == p.batch) {
+      first = b0 + __ffs(hit) - 1;
+      c0 = base + excl;
+    }
+    base += __shfl_sync(0xffffffffu, incl, 31);
+  }
+  if (lane == 0) info[0] = first, info[1] = c0, info[2] = lo, info[3] = hi, info[4] = T;
+}
+// The block's walk over its slot: the next element and its start (from info[0], info[1]).
+struct Deal {
+  int b, c;
+};
 // Which element and which keys a block covers.
 struct Work {
   int b, key_lo, key_hi, slot;
@@ -188,6 +250,31 @@ __device__ __forceinline__ bool block_work(const Params& p, const TcArgs& a, int
   w.key_hi = info[2];
   if (threadIdx.x == 0 && blockIdx.x == 0 && info[5] == 0) a.meta[w.b] = make_int2(info[3], info[4]);
   return true;
+}
+
+// The block's next piece into w (false: no more).
+__device__ __forceinline__ bool deal_next(const Params& p, const TcArgs& a, int N, const int* info, Deal& d, Work& w) {
+  if (d.b >= p.batch) return false;
+  const int start = d.c + kSplitOverheadTiles;  // the element's first real tile
+  const int lo = info[2], hi = info[3];
+  if (start >= hi) return false;
+  const int keys = element_keys(p, d.b), tiles = max(1, (keys + N - 1) / N);  // deal_tiles
+  const int r0 = max(lo, start) - start, r1 = min(hi, start + tiles) - start;
+  w.b = d.b;
+  w.key_lo = r0 * N;
+  w.key_hi = min(r1 * N, keys);
+  w.slot = blockIdx.y + d.b;
+  d.c = start + tiles;
+  ++d.b;
+  return true;
+}
+// Dealt mode's block_work: the slot's walk located (info), d at its first element.
+__device__ __forceinline__ void deal_block(const Params& p, const TcArgs& a, int N, int* info, int warp, Deal& d) {
+  grid_dependency_wait();  // the first memory access of every tc kernel comes after this
+  if (warp == 0) deal_locate(p, a, blockIdx.y, N, info);
+  __syncthreads();
+  d.b = info[0];
+  d.c = info[1];
 }
 
 // One token's walk up the tree, resumed from tile to tile (tiles descend, so every ancestor

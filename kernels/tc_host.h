@@ -17,10 +17,23 @@ int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaS
 
 namespace {
 
+// tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
+// wgmma, wgmma_t (the transposed MMAs for few rows) and wgmma_ws (warp-specialized: a
+// producer warpgroup and two consumers on alternate tiles) on compute capability 9.0 alone,
+// where the build compiles sm_90a.
+constexpr int kPathMma = 0;
+constexpr int kPathWgmma = 1;
+constexpr int kPathWgmmaT = 2;
+constexpr int kPathWgmmaWs = 3;
+
 inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 
 struct Layout {  // the plan's derived values, recomputed identically by plan and launch
-  int R, groups, group_rows, slots, merge_parts;
+  int R, groups, group_rows;
+  int slots;        // partial slots in the workspace (0: none, written directly)
+  int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws, batch > 1, splits > 1); else 0
+  int grid_y;       // blocks a m-group
+  int merge_parts;  // warps the merge gives a row (1, 2 or 4)
   int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
 };
 
@@ -29,7 +42,12 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   l.R = p.heads * p.q_len;
   l.groups = (l.R + kRows - 1) / kRows;
   l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
-  l.slots = plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
+  // wgmma_ws with batch > 1 deals num_splits slots over the concatenated elements (tc.h,
+  // deal_locate): piece (s, b) writes partial s + b, so S + batch of them; every other split
+  // plan gives each element num_splits slots of its own.
+  l.deal = plan.path == kPathWgmmaWs && p.batch > 1 && plan.num_splits > 1 ? plan.num_splits : 0;
+  l.slots = l.deal ? l.deal + p.batch : plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
+  l.grid_y = l.deal ? l.deal : l.slots ? l.slots : p.batch;
   l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
   l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
   l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
@@ -48,6 +66,7 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
   a.R = l.R;
   a.group_rows = l.group_rows;
   a.slots = l.slots;
+  a.deal = l.deal;
   a.parent_cap = (plan.smem_bytes - off_parent) / 4;
   a.merge_parts = l.merge_parts;
   char* ws = static_cast<char*>(workspace);
@@ -99,7 +118,7 @@ int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* works
     if (dev >= 0 && dev < 64) set_bytes[dev] = plan.smem_bytes;
   }
   const Layout l = layout_of(p, plan);
-  const dim3 grid(l.groups, l.slots ? l.slots : p.batch);
+  const dim3 grid(l.groups, l.grid_y);
   return launch_overlapped(Kernel, grid, plan.threads, plan.smem_bytes, stream, p, tc_args(p, plan, workspace, off_parent));
 }
 

@@ -1,10 +1,25 @@
-// tc's warp-specialized sm_90a path: the kernel tc_attn_ws and its launch (the design, the
-// layout and the pieces: tc_wgmma_ws.h); compiled to a trap elsewhere.
+// tc's warp-specialized sm_90a path: the kernels tc_attn_ws (a block, one key range of one
+// element) and tc_attn_ws_deal (dealt mode: a block, a slot of the batch's concatenated tiles)
+// and their launch (the design, the layout and the pieces: tc_wgmma_ws.h); compiled to a trap
+// elsewhere.
 #include "tc_host.h"
 #include "tc_wgmma_ws.h"
 
 namespace verify_attn {
 namespace {
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The mbarriers initialised (thread 0; a block-wide barrier must follow).
+__device__ __forceinline__ void init_stages(const ws::Stages& st) {
+  using namespace ws;
+  mbar_init(st.full0, 128);  // the producer's 128 threads, one arrival each a tile
+  mbar_init(st.full0 + 8, 128);
+  mbar_init(st.empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
+  mbar_init(st.empty0 + 8, kConsumerThreads);
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  *st.abort = 0;
+}
+#endif
 
 __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -221,9 +236,174 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
 #endif
 }
 
+// Dealt mode (a.deal: batch > 1, split; tc.h, deal_locate): the block walks the elements its
+// slot touches, one piece an element, each the scheme of tc_attn_ws on the piece's key range
+// (O, m, l reset; its Q and parents; its partial slot s + b written). Producer and consumers
+// walk the same pieces from the same info (tc_wgmma_ws.h, "Pieces").
+__global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcArgs a) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace ws;
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint32_t sbase;
+  uint8_t* smem = smem_aligned(smem_raw, sbase);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+  int* info = reinterpret_cast<int*>(smem + kOffInfo);
+  Work wk;
+  Deal d;
+  deal_block(p, a, N, info, warp, d);
+  if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
+  Block bk;
+  bk.R0 = blockIdx.x * a.group_rows;
+  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
+  bk.heads = p.heads;
+  bk.i_lo = bk.R0 / p.heads;
+  uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
+  uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
+  const Stages st{sbase + kOffFull, sbase + kOffEmpty, sbase + kOffKV,
+                  reinterpret_cast<volatile uint32_t*>(smem + kOffAbort)};
+  const uint32_t sQ = sbase + kOffQ;
+  if (tid == 0) {
+    init_stages(st);
+    volatile int* pc = reinterpret_cast<volatile int*>(smem + kOffPiece);  // the producer's walk starts at d
+    pc[kPcCurB] = d.b, pc[kPcCurC] = d.c;
+  }
+  __syncthreads();  // the mbarriers initialised, the walk posted; the last block-wide barrier
+
+  // Across pieces the stages keep alternating per piece (a piece's tile j on stage j & 1, its
+  // pair k on use u_s + k of stage s, u_s the stage's uses by the earlier pieces), so every
+  // mbarrier phase is counted over the block, not the piece.
+  if (warp >= 8) {
+    // ---- Producer warpgroup -------------------------------------------------------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegsProducer));
+    const int pt = tid - kConsumerThreads;  // 0..127
+    const int x = pt & 7, rg = pt >> 3;     // chunk x of each 128-byte plane row; rows rg + 16 i
+    const int ntok = (bk.R0 + bk.rows_valid - 1) / p.heads - bk.i_lo + 1;
+    int32_t* s_parent = reinterpret_cast<int32_t*>(smem + kOffParentDeal);
+    // The piece, posted by thread 0 of the warpgroup and read from shared memory where used
+    // (volatile: 56 registers do not hold it across the tile loop).
+    volatile int* pc = reinterpret_cast<volatile int*>(smem + kOffPiece);
+    auto tile_t0 = [&](int j) { return pc[kPcKeyLo] + (pc[kPcTiles] - 1 - j) * N; };
+    // The cache rows of tile j (-1: past the range), in int64.
+    auto rows_of = [&](int j, int64_t (&row)[4]) {
+      const int b = pc[kPcB], t0 = tile_t0(j) + rg, key_hi = pc[kPcKeyHi];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int t = t0 + 16 * i;
+        row[i] = t < key_hi ? cache_row(p, b, t) : int64_t(-1);
+      }
+    };
+    // Bit s: the parity of stage s's uses by the earlier pieces; bit 2 + s: stage s was used.
+    uint32_t ph = 0;
+    for (int n = 0;; ++n) {
+      if (n > 0) bar_sync<kBarProd, 128>();  // every producer thread done with the previous piece and its parents
+      if (pt == 0) {
+        // Its own copies of the walk and the piece (not d, wk, bk: fewer registers live here).
+        Deal dc;
+        Work pw;
+        dc.b = pc[kPcCurB], dc.c = pc[kPcCurC];
+        const bool more = deal_next(p, a, N, info, dc, pw);
+        pc[kPcCurB] = dc.b, pc[kPcCurC] = dc.c;
+        if (more) {
+          const int ntiles = pw.key_hi > pw.key_lo ? (pw.key_hi - pw.key_lo + N - 1) / N : 0;
+          const int P = element_prefix(p, pw.b), mask_from = min(P, pw.key_hi);
+          pc[kPcKeyLo] = pw.key_lo, pc[kPcKeyHi] = pw.key_hi, pc[kPcTiles] = ntiles;
+          pc[kPcMaskFrom] = mask_from, pc[kPcMasked] = ntiles - (mask_from - pw.key_lo) / N, pc[kPcP] = P;
+        }
+        pc[kPcB] = more ? pw.b : -1;
+      }
+      bar_sync<kBarProd, 128>();  // the piece posted
+      const int b = pc[kPcB];
+      if (b < 0) break;
+      const int ntiles = pc[kPcTiles];
+      // The piece's Q (before its parents, as the first piece's always was); after the first
+      // piece only once stage 0's previous use is released: that is the previous piece's last
+      // pair, whose S (tile a, and tile b: WG1 waits for it before it releases stage 0) read Q
+      // for the last time. The piece's tile 0 (stage 0) then waits for nothing more. Its
+      // copies complete before the arrival of the piece's first tile (arrivals track every
+      // earlier cp.async of the thread).
+      if (ntiles > 0) {
+        if (ph & 4) mbar_wait(st.empty0, (ph & 1) ^ 1, st.abort);
+        int64_t qrow[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int r = rg + 16 * i;
+          qrow[i] = r < bk.rows_valid ? int64_t(b) * a.R + bk.R0 + r : int64_t(-1);
+        }
+        load_rows(sQ, qrow, p.q, rg, x);
+      }
+      {
+        const int32_t* parent_g = p.parent + int64_t(b) * p.q_len;
+        for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
+      }
+      TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
+      bar_sync<kBarProd, 128>();  // the parents staged
+      int64_t row[4];
+      if (ntiles > 0) rows_of(0, row);
+      for (int j = 0; j < pc[kPcTiles]; ++j) {
+        const int s = j & 1;
+        if (j >= 2 || (j == 1 && (ph & 8)))  // the stage's previous use released by both consumers
+          mbar_wait(st.empty0 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
+        load_rows(st.stage(s), row, p.kv, rg, x);
+        if (j + 1 < pc[kPcTiles]) rows_of(j + 1, row);  // the next tile's offsets while this one lands
+        if (j < pc[kPcMasked])
+          clean_tile(smem, st, s, pt, ntok, s_bad, s_mask, [&] {
+            return walk.word(tile_t0(j), N, pc[kPcMaskFrom], pc[kPcP], pc[kPcKeyHi], a.parent_cap, s_parent,
+                             p.parent + int64_t(pc[kPcB]) * p.q_len);
+          });
+        else
+          mbar_arrive_cp_async(st.full0 + 8 * s);
+      }
+      ph ^= (((ntiles + 1) >> 1) & 1) | ((ntiles >> 1) & 1) << 1;
+      ph |= (ntiles >= 1 ? 4 : 0) | (ntiles >= 2 ? 8 : 0);
+    }
+    cp_async_wait_every();  // no copy outlives its thread
+    return;
+  }
+
+  // ---- Consumer warpgroups ----------------------------------------------------------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegsConsumer));
+  const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
+  const int g = lane >> 2, t4 = lane & 3;
+  const ConsumerSmem cs{s_mask, s_bad, reinterpret_cast<float*>(smem + kOffM), reinterpret_cast<float*>(smem + kOffSc)};
+  const float qk_scale = p.scale * kLog2e;
+  const uint64_t dq = desc(sQ, 16, 1024);
+  // Bit s: the parity of stage s's uses by the earlier pieces (u_s & 1); bit 2: the piece's
+  // parity (which s_l buffer its row sums go to).
+  uint32_t ph = 0;
+  while (deal_next(p, a, N, info, d, wk)) {
+    bk.key_lo = wk.key_lo;
+    bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
+    bk.mask_from = min(element_prefix(p, wk.b), wk.key_hi);
+    const int ntiles = bk.ntiles;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.f;
+    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4);
+
+    // Row sums over the quad and the two warpgroups (both hold the same final maximum), in the
+    // piece's s_l buffer: the other warpgroup may still read the previous piece's after the
+    // barrier while this one posts (it cannot pass the next piece's barrier before that).
+    float* s_l = reinterpret_cast<float*>(smem + (ph & 4 ? kOffL1 : kOffL));
+    post_row_sums(s_l, l_run, w, wq, g, t4);
+    bar_sync<kBarEnd, kConsumerThreads>();
+    // The piece's element and slot, from what outlives the loop above (not wk: registers).
+    const int b = d.b - 1;
+    store_rows<true>(p, a, int(blockIdx.y) + b, b, bk.R0, bk.rows_valid, s_l, m_run, o, st.abort, w, wq, g, t4);
+    ph ^= (((ntiles + 1) >> 1) & 1) | ((ntiles >> 1) & 1) << 1 | 4;
+  }
+#else
+  __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
+#endif
+}
+
 }  // namespace
 
 int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+  // Dealt mode (layout_of: batch > 1, split) runs the pieces' kernel; one range a block the
+  // other (a loop over pieces measured 2-9% slower at batch 1, where a block has one).
+  if (layout_of(p, plan).deal) return launch_kernel<tc_attn_ws_deal>(ws::kBaseBytesDeal, p, plan, workspace, stream);
   return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream);
 }
 

@@ -31,7 +31,8 @@ namespace {
 //     gives at launch (setmaxnreg moves registers within the block's allocation; asking for
 //     more than the launch gave would block setmaxnreg.inc forever). ptxas (CUDA 13.0,
 //     sm_90a): 168 registers at launch, 8 named barriers, 0 spills, no wgmma serialization;
-//     the SASS uses R0..R221 in the consumers (of 224), R0..R42 in the producer (of 56).
+//     the SASS uses R0..R221 in the consumers (of 224), R0..R42 in the producer (of 56);
+//     tc_attn_ws_deal takes the same 168, 0 spills.
 //
 // The running maximum is one chain: tile a's softmax starts from the maximum after tile b of
 // the previous pair, tile b's from the maximum after tile a (the two alternate), so both
@@ -60,6 +61,25 @@ namespace {
 // producer reloads a stage only after both consumers released it, and a consumer can release
 // use u + 1 only after waiting for full use u + 1.
 //
+// Pieces (tc_attn_ws_deal, dealt mode, TcArgs::deal: batch > 1; tc.h, deal_locate): a block runs the pieces of
+// its slot one after another, each the scheme above on one element's tile range (O, m, l reset;
+// its Q and parents; its partial slot s + b written). Pairs restart at every piece (tile j on
+// stage j & 1), and the phases are counted over the block: pair k of a piece is use u_s + k
+// of stage s, u_s the uses of stage s by the earlier pieces (the producer and the consumers
+// each keep u_s's parity; the producer also whether a stage was used yet). The producer loads
+// a later piece's Q only once stage 0's previous use is released: that is the previous
+// piece's last pair, and both consumers release it after their last S of the piece (WG1 waits
+// for S_b before it arrives at empty[0]), so no S reads Q while it changes; its copies then
+// complete before tile 0's arrival. The parents are restaged after a producer barrier (every
+// producer thread done with the previous piece's walk); masks and s_bad are per stage and
+// written after the stage's empty wait, as within a piece. The named barriers keep their
+// order across pieces (a piece's last pair leaves P0/P1/S0 completed; WG0 arrives at the next
+// piece's only after the piece's end barrier, which WG1 reaches after its last sync); the row
+// sums alternate between two s_l buffers by piece parity, since one warpgroup may post the
+// next piece's sums while the other still reads the previous ones. The producer's thread 0
+// walks the deal and posts each piece in Smem::piece (its 56 registers do not hold the piece
+// across the tile loop); the consumers walk it themselves (deal_next).
+//
 // The NaN contract is tc_attn_wg's, line by line: non-finite scores NaN; on the tiles at the
 // tree rows, keys holding a non-finite cache value NaN for every row that sees them and the
 // value zeroed (a row that must not see it is unaffected), invisible keys -inf; a row with no
@@ -74,7 +94,9 @@ namespace {
 //   full, empty 32 four mbarriers; abort 8 (a wait timed out); BlockInfo 64 (s_bad: per
 //                 stage, non-finite keys)
 //   = 223,848 + 1,024 slack = 224,872 B; the staged parents take what is left of 232,448
-//   (1,894 entries: every q_len the op accepts, <= 1,024).
+//   (1,894 entries: every q_len the op accepts, <= 1,024). tc_attn_ws_deal adds SmemDeal
+//   before its parents (a second l, by a piece's parity, and the producer's piece: 576 B):
+//   225,448 B and 1,750 entries.
 namespace ws {
 using wg::kPlane;
 using wg::kTileBytes;
@@ -96,12 +118,19 @@ struct Smem {
   uint8_t kv[2][wg::kTileBytes];  // stages, 9 planes each; plane 8 holds the tile's P once its S is done
   float m[2][kRows];              // per warpgroup: the running max after its tile (log2 units)
   float sc[2][kRows];             // per warpgroup: its tile's rescale factor
-  float l[2][kRows];              // at the end: each warpgroup's row sums
+  float l[2][kRows];              // at the end: each warpgroup's row sums (tc_attn_ws_deal: a piece's of even parity)
   uint64_t mask[2][kRows];        // per stage: visibility word of each token
   uint64_t full[2];               // per stage: the tile landed (and cleaned, masked)
   uint64_t empty[2];              // per stage: both consumers are done with it
   uint32_t abort[2];              // [0]: a wait timed out (mbar_wait); [1] unused
   BlockInfo info;
+};
+// tc_attn_ws_deal's own, after Smem (so tc_attn_ws keeps its layout): a piece's row sums of
+// odd parity (one warpgroup may post the next piece's while the other still reads the
+// previous ones) and the producer's piece.
+struct SmemDeal {
+  float l[2][kRows];
+  int piece[16];  // the producer's piece (kPc*) and its walk's cursor
 };
 constexpr int kOffQ = offsetof(Smem, q);
 constexpr int kOffKV = offsetof(Smem, kv);
@@ -113,12 +142,20 @@ constexpr int kOffFull = offsetof(Smem, full);
 constexpr int kOffEmpty = offsetof(Smem, empty);
 constexpr int kOffAbort = offsetof(Smem, abort);
 constexpr int kOffInfo = offsetof(Smem, info);
+constexpr int kOffL1 = sizeof(Smem) + offsetof(SmemDeal, l);
+constexpr int kOffPiece = sizeof(Smem) + offsetof(SmemDeal, piece);
+// Smem::piece: element (-1: no more pieces), key range, tiles, mask begin, tiles masked, the
+// element's prefix; the deal's cursor (Deal).
+constexpr int kPcB = 0, kPcKeyLo = 1, kPcKeyHi = 2, kPcTiles = 3, kPcMaskFrom = 4, kPcMasked = 5, kPcP = 6,
+              kPcCurB = 7, kPcCurC = 8;
 constexpr int kOffParent = sizeof(Smem);
 constexpr int kBaseBytes = wg::kSlack + kOffParent;
+constexpr int kOffParentDeal = sizeof(Smem) + sizeof(SmemDeal);
+constexpr int kBaseBytesDeal = wg::kSlack + kOffParentDeal;
 static_assert(kOffKV % 1024 == 0 && wg::kTileBytes % 1024 == 0 && wg::kPlane % 1024 == 0,
               "wgmma's 128-byte swizzle: 1024-byte aligned planes");
 static_assert(kOffFull % 8 == 0 && kOffEmpty % 8 == 0, "mbarriers: 8-byte aligned");
-static_assert(kBaseBytes == 224872 && kBaseBytes + 4 * kMaxQLen <= 232448,
+static_assert(kBaseBytes == 224872 && kBaseBytesDeal == 225448 && kBaseBytesDeal + 4 * kMaxQLen <= 232448,
               "the sm_90 opt-in limit with every q_len's parents staged (the comment above)");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -286,6 +323,149 @@ __device__ __forceinline__ void issue_peer_pv(float (&o)[128], float (&m_run)[2]
   mbar_wait(full, par, abort);
   fence_smem();
   issue_pv_ss(o, sP, sK, w);
+}
+
+// ---- What tc_attn_ws_deal runs (tc_attn_ws keeps its own code: on these helpers it measured
+// 1.4-1.7% slower at q_len 65, prefix 2,048 on the H200) ----------------------------------
+// The stages and barriers of a block, in shared memory.
+struct Stages {
+  uint32_t full0, empty0;  // stage s: + 8 s
+  uint32_t kv0;            // stage s's planes: + s kTileBytes
+  volatile uint32_t* abort;
+  __device__ uint32_t stage(int s) const { return kv0 + s * kTileBytes; }
+};
+
+// Producer: row rg + 16 i of a 64-row plane set at dst, 9 x 16 bytes (its chunk x of each
+// plane), from base's row row[i] (-1: 0 bytes read and zero filled).
+__device__ __forceinline__ void load_rows(uint32_t dst, const int64_t (&row)[4], const uint16_t* base, int rg, int x) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int r = rg + 16 * i;
+    const bool ok = row[i] >= 0;
+    const uint16_t* src = base + (ok ? row[i] : 0) * kKeyDim + x * 8;
+    const uint32_t d = dst + r * 128 + (((x ^ r) & 7) << 4);
+#pragma unroll
+    for (int kc = 0; kc < 9; ++kc) cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
+  }
+}
+
+// Producer, a tile at the tree rows on stage s: wait for it, zero its non-finite values and
+// mark their keys, build its tokens' visibility words (word(): wg::Tiles::clean and
+// build_mask), then arrive (release: those writes are visible to the consumers that wait).
+template <class Word>
+__device__ __forceinline__ void clean_tile(uint8_t* smem, const Stages& st, int s, int pt, int ntok, uint64_t* s_bad,
+                                           uint64_t* s_mask, Word word) {
+  if (pt == 0) s_bad[s] = 0;
+  cp_async_wait_every();
+  bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
+  uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
+  for (int c = pt; c < N * kChunks; c += 128) {
+    uint4 v = rows[c];
+    const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
+    if (bad) {
+      rows[c] = v;
+      atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
+    }
+  }
+  if (pt < ntok) s_mask[s * kRows + pt] = word();
+  fence_smem();  // the zeroed values, for wgmma's reads
+  mbar_arrive(st.full0 + 8 * s);
+}
+
+// What a consumer warpgroup reads of the shared state (the same for both).
+struct ConsumerSmem {
+  const uint64_t* mask;
+  const uint64_t* bad;
+  float* m;   // [2][kRows]
+  float* sc;  // [2][kRows]
+};
+
+// Consumers: the tiles of one key range (bk) in pairs, O, m_run and l_run carried. Pair k is
+// use u_0 + k of stage 0 and u_1 + k of stage 1, u_s the stage's earlier uses by the block
+// (their parities: bits 0 and 1 of ph; 0 in a block of one range).
+__device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2], float (&l_run)[2], const Block& bk,
+                                              uint32_t ph, const Stages& st, const ConsumerSmem& cs, uint64_t dq,
+                                              float qk_scale, int w, int wq, int g, int t4) {
+  const int ntiles = bk.ntiles;
+  const uint32_t sP0 = st.stage(0) + 8 * kPlane, sP1 = st.stage(1) + 8 * kPlane;  // P over each stage's rope plane
+  for (int k = 0; 2 * k < ntiles; ++k) {
+    const uint32_t par0 = (ph ^ k) & 1, par1 = ((ph >> 1) ^ k) & 1;  // tiles 2k, 2k + 1
+    const bool has_b = 2 * k + 1 < ntiles;
+    float s[32], mn[2], sc[2], sum[2];
+    uint32_t pa[16];
+    if (w == 0) {
+      // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
+      mbar_wait(st.full0, par0, st.abort);
+      fence_smem();
+      issue_qk<64>(s, dq, desc(st.stage(0), 16, 1024));  // S of the whole tile
+      wait_all();
+      pin(s);
+      if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
+      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, cs.mask, cs.bad, qk_scale, sP0, 0, wq, g, t4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        if (t4 == 0) cs.m[r] = mn[h], cs.sc[r] = sc[h];
+        l_run[h] = l_run[h] * sc[h] + sum[h];
+        m_run[h] = mn[h];
+      }
+      fence_smem();
+      bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
+      rescale(o, sc);
+      issue_pv_rs(o, pa, st.stage(0), 0);
+      wait_all();
+      pin(o);
+      mbar_arrive(st.empty0);  // done with stage 0
+      if (has_b) {
+        // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
+        issue_peer_pv<kBarP1>(o, m_run, l_run, sc, cs.m + kRows, cs.sc + kRows, st.full0 + 8, par1, st.abort, sP1,
+                              st.stage(1), 0, wq, g);
+        wait_all();
+        pin(o);
+        mbar_arrive(st.empty0 + 8);  // done with stage 1
+      }
+    } else if (has_b) {
+      // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
+      // is done, so that the two do not share the tensor cores and delay WG0's softmax (the
+      // head of the chain).
+      bar_sync<kBarS0, kConsumerThreads>();
+      mbar_wait(st.full0 + 8, par1, st.abort);
+      fence_smem();
+      issue_qk<64>(s, dq, desc(st.stage(1), 16, 1024));
+      // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
+      // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
+      wait_one();
+      pin(s);
+      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, cs.mask + kRows, cs.bad + 1, qk_scale, sP1, 1, wq, g, t4);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 16 * wq + g + 8 * h;
+        if (t4 == 0) cs.m[kRows + r] = mn[h], cs.sc[kRows + r] = sc[h];
+      }
+      fence_smem();
+      bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
+      wait_all();
+      pin(o);
+      mbar_arrive(st.empty0);  // done with stage 0 (S of tile b is done too: Q is free for the next range)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        l_run[h] = l_run[h] * sc[h] + sum[h];
+        m_run[h] = mn[h];
+      }
+      rescale(o, sc);
+      issue_pv_rs(o, pa, st.stage(1), 1);
+      wait_all();
+      pin(o);
+      mbar_arrive(st.empty0 + 8);  // done with stage 1
+    } else {
+      // The last tile of an odd count is WG0's: only its P_a applied to these columns.
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
+      wait_all();
+      pin(o);
+      mbar_arrive(st.empty0);  // done with stage 0
+    }
+  }
 }
 #endif
 }  // namespace ws
