@@ -286,6 +286,6 @@ def run(args) -> int:
             gpu = torch.cuda.get_device_name()
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
-                                         "points": selections[0] if len(selections) == 1 else selections,
+                                         "points": selections,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code

@@ -478,9 +478,13 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         code = 2 if failed or cases or ab_failed else 1 if slower else 0
         judged_any = any(num(r.get("ratio")) is not None for r in ab_rows)
 
-        def ab_cls(r):  # a row's asv class: its own selection (ab's --points), else the file's one
-            points = ab.get("points", "quick")
-            return AB_CLASS.get(str(r.get("selection") or (points if isinstance(points, str) else "quick")), "Quick")
+        # A row's asv class: its own selection (ab's --points); a file from before rows carried
+        # one names its single selection as a string.
+        points = ab.get("points", "quick")
+        old_points = points if isinstance(points, str) else "quick"
+
+        def ab_cls(r):
+            return AB_CLASS.get(str(r.get("selection") or old_points), "Quick")
 
         def where(r):
             return f"{cell(r.get('impl'))} at {ab_cls(r)} {cell(r.get('point'))}"
