@@ -66,6 +66,7 @@
 // are dealt out by work (tiles + a fixed overhead each) from the prefix lengths on the device,
 // so ragged batches stay balanced, and a second kernel merges the partials by log-sum-exp.
 #pragma once
+#include <cuda.h>  // CUtensorMap, a type only: the encoder is the driver's, fetched at run time (tc_host.h)
 #include <stddef.h>
 #include <stdint.h>
 
@@ -107,6 +108,14 @@ struct TcArgs {
   float* ws_o;     // slots x R x 512, normalised partial outputs
   float* ws_lse;   // slots x R, log2 units
   int2* meta;      // batch: (first slot, splits) of each element
+};
+
+// tc_attn_ws's third argument: on a contiguous cache, kv as a [pool_rows, 576] bf16 tensor, boxes
+// of 64 dims x 64 rows in the planes' 128-byte swizzle, so that a prefix tile is nine TMA copies
+// (a __grid_constant__ argument: the TMA unit reads it in place). on 0: every tile by cp.async.
+struct KvMap {
+  CUtensorMap map;
+  int on;
 };
 
 // Keys an element attends to: its prefix and its tree rows, never past the tensor.

@@ -76,11 +76,38 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
   return a;
 }
 
-// kernel<<<grid, threads, smem, stream>>>(p, a), launched so that it may overlap the stream's
+// m.map for a contiguous cache (KvMap); false where the driver lacks the encoder or the tensor
+// does not fit a tensor map (paged, unaligned, 2^31 rows or more): cp.async then.
+inline bool encode_kv_map(const Params& p, CUtensorMap* map) {
+  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  static const Encode encode = [] {  // the driver's, once a process (no link against libcuda)
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<Encode>(fn);
+  }();
+  if (encode == nullptr || p.kv_indices != nullptr || (reinterpret_cast<uintptr_t>(p.kv) & 15) != 0 ||
+      p.pool_rows <= 0 || p.pool_rows > INT32_MAX)
+    return false;
+  const cuuint64_t dims[2] = {kKeyDim, cuuint64_t(p.pool_rows)};  // innermost first
+  const cuuint64_t strides[1] = {kRowBytes};                      // bytes from one row to the next
+  const cuuint32_t box[2] = {64, 64}, steps[2] = {1, 1};           // a plane: 64 dims (128 B) x 64 rows
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv), dims, strides, box, steps,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// kernel<<<grid, threads, smem, stream>>>(p, a, extra...), launched so that it may overlap the stream's
 // previous grid where the GPU can (programmatic dependent launch, compute capability 9.0 on;
 // the kernel waits in grid_dependency_wait before touching memory).
-inline int launch_overlapped(void (*kernel)(Params, TcArgs), dim3 grid, int threads, int smem, cudaStream_t stream,
-                             const Params& p, const TcArgs& a) {
+template <class... Extra>
+int launch_overlapped(void (*kernel)(Params, TcArgs, Extra...), dim3 grid, int threads, int smem, cudaStream_t stream,
+                      const Params& p, const TcArgs& a, const Extra&... extra) {
   static int major_of[64] = {};  // a device's compute capability, read once (0: not yet)
   int dev = 0;
   cudaError_t err = cudaGetDevice(&dev);
@@ -101,12 +128,13 @@ inline int launch_overlapped(void (*kernel)(Params, TcArgs), dim3 grid, int thre
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = major >= 9 ? 1 : 0;
-  err = cudaLaunchKernelEx(&cfg, kernel, p, a);
+  err = cudaLaunchKernelEx(&cfg, kernel, p, a, extra...);
   return int(err != cudaSuccess ? err : cudaGetLastError());
 }
 
-template <void (*Kernel)(Params, TcArgs)>
-int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
+template <auto Kernel, class... Extra>
+int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* workspace, cudaStream_t stream,
+                  const Extra&... extra) {
   // Opt in to the dynamic shared memory once per device (legal during graph capture).
   static int set_bytes[64] = {};
   int dev = 0;
@@ -119,7 +147,8 @@ int launch_kernel(int off_parent, const Params& p, const Plan& plan, void* works
   }
   const Layout l = layout_of(p, plan);
   const dim3 grid(l.groups, l.grid_y);
-  return launch_overlapped(Kernel, grid, plan.threads, plan.smem_bytes, stream, p, tc_args(p, plan, workspace, off_parent));
+  return launch_overlapped(Kernel, grid, plan.threads, plan.smem_bytes, stream, p, tc_args(p, plan, workspace, off_parent),
+                           extra...);
 }
 
 }  // namespace

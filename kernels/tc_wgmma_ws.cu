@@ -21,7 +21,7 @@ __device__ __forceinline__ void init_stages(const ws::Stages& st) {
 }
 #endif
 
-__global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a) {
+__global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a, const __grid_constant__ KvMap kvm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace ws;
   extern __shared__ __align__(128) uint8_t smem_raw[];
@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     int32_t* s_parent = reinterpret_cast<int32_t*>(smem + kOffParent);
     for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
     TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
+    if (pt == 0 && kvm.on) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kvm.map)) : "memory");
     // Row rg + 16 i of a 64-row plane set at dst: 9 x 16 bytes (its chunk x of each plane),
     // from src (a valid address; 0 bytes read and zero filled when !ok).
     auto load_rows = [&](uint32_t dst, const int64_t (&row)[4], const uint16_t* base) {
@@ -98,13 +99,25 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       load_rows(sQ, qrow, p.q);  // completes before any tile's arrival (arrivals track every earlier cp.async)
     }
     bar_sync<kBarProd, 128>();  // the parents staged
+    // With a tensor map the unmasked tiles (whole prefix tiles, every row attended) come by TMA
+    // from thread 0; the masked ones (the tree rows, a partial top tile), always the first,
+    // stay on cp.async, which zero-fills past the range and which the cleaning waits for.
+    auto by_tma = [&](int j) { return kvm.on && !bk.tile_masked(j); };
     int64_t row[4];
-    if (ntiles > 0) rows_of(0, row);
+    if (ntiles > 0 && !by_tma(0)) rows_of(0, row);
     for (int j = 0; j < ntiles; ++j) {
       const int s = j & 1;
       if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1, abort);  // tile j - 2 released by both consumers
+      if (by_tma(j)) {
+        // Q's copies complete before the first tile's arrival (a cp.async tile's arrival waits
+        // for them, a plain one does not).
+        if (j == 0) cp_async_wait_every();
+        if (pt == 0) tma_tile(&kvm.map, stage(s), full0 + 8 * s, wk.b * p.kv_cols + bk.tile_t0(j));  // contiguous: < 2^31 rows
+        else mbar_arrive(full0 + 8 * s);
+        continue;
+      }
       load_rows(stage(s), row, p.kv);
-      if (j + 1 < ntiles) rows_of(j + 1, row);  // the next tile's offsets while this one lands
+      if (j + 1 < ntiles && !by_tma(j + 1)) rows_of(j + 1, row);  // the next tile's offsets while this one lands
       if (bk.tile_masked(j)) {
         // The tile at the tree rows: wait for it, zero its non-finite values and mark their
         // keys, build its tokens' visibility words (wg::Tiles::clean and build_mask), then
@@ -403,8 +416,11 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
 int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream) {
   // Dealt mode (layout_of: batch > 1, split) runs the pieces' kernel; one range a block the
   // other (a loop over pieces measured 2-9% slower at batch 1, where a block has one).
+  // (The dealing kernel's producer, at 56 registers, spilled with the TMA branch: cp.async alone.)
   if (layout_of(p, plan).deal) return launch_kernel<tc_attn_ws_deal>(ws::kBaseBytesDeal, p, plan, workspace, stream);
-  return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream);
+  KvMap kvm = {};
+  kvm.on = encode_kv_map(p, &kvm.map);
+  return launch_kernel<tc_attn_ws>(ws::kBaseBytes, p, plan, workspace, stream, kvm);
 }
 
 }  // namespace verify_attn

@@ -189,6 +189,20 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
+// A tile of the contiguous cache by TMA: nine boxes (64 dims x 64 rows from cache row row0, one
+// a plane) into the stage at dst, counted on bar's transaction bytes; with the caller's arrival
+// (the other 127 producer threads arrive plainly) the stage's phase completes once all landed.
+// map: a __grid_constant__ argument's address (KvMap::map), read in place by the TMA unit.
+__device__ __forceinline__ void tma_tile(const CUtensorMap* map, uint32_t dst, uint32_t bar, int row0) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "n"(kTileBytes) : "memory");
+#pragma unroll
+  for (int kc = 0; kc < 9; ++kc)
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+            "r"(dst + kc * kPlane),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(kc * 64), "r"(row0), "r"(bar)
+        : "memory");
+}
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   asm volatile(
