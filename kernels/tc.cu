@@ -113,16 +113,15 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   // block walking the elements it touches, so S = SMs / m-groups gives one wave of equal
   // work (at least 2: layout_of reads num_splits > 1 as dealt). num_splits is S here, and
   // split_len the nominal keys a slot. Not more slots than min_split_tiles' floor allows
-  // at the longest prefix (short caches: fewer, longer pieces). Dealt too: a batch of more
-  // than four waves, which the plan leaves unsplit, where the longest element's block would
-  // otherwise run all its tiles alone at the end (batch 32, heads 64, q_len 33: 1,056 blocks,
-  // one of 1,024 tiles).
+  // at the longest prefix (short caches: fewer, longer pieces). Dealt too: an unsplit batch
+  // whose blocks outnumber the SMs, where the longest element's block would otherwise run all
+  // its tiles alone at the end (batch 32, heads 64, q_len 33: 1,056 blocks, one of 1,024
+  // tiles).
   const bool dealt = path == kPathWgmmaWs && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
   if (dealt) {
     const int64_t max_tiles = (p.kv_cols + n - 1) / n;
     splits = int(max(int64_t(2), min(int64_t(num_sms / groups), p.batch * max(int64_t(1), max_tiles / min_split_tiles(path)))));
-  }
-  if (dealt) {  // tc_attn_ws_deal's shared memory holds more before the parents
+    // tc_attn_ws_deal's shared memory holds more before the parents
     plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
   }
   plan.num_splits = splits;

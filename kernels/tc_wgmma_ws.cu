@@ -14,8 +14,10 @@ __device__ __forceinline__ void init_stages(const ws::Stages& st) {
   using namespace ws;
   mbar_init(st.full0, 128);  // the producer's 128 threads, one arrival each a tile
   mbar_init(st.full0 + 8, 128);
-  mbar_init(st.empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
-  mbar_init(st.empty0 + 8, kConsumerThreads);
+  mbar_init(st.empty0, 128);  // WG0's threads, once each is done with the stage's tile
+  mbar_init(st.empty0 + 8, 128);
+  mbar_init(st.empty1, 128);  // WG1's
+  mbar_init(st.empty1 + 8, 128);
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   *st.abort = 0;
 }
@@ -43,15 +45,18 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const int ntiles = bk.ntiles;
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
   uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
-  const uint32_t full0 = sbase + kOffFull, empty0 = sbase + kOffEmpty;  // stage s: + 8 s
+  // full[s], empty[s] (WG0's release of stage s), empty1[s] (WG1's): + 8 s
+  const uint32_t full0 = sbase + kOffFull, empty0 = sbase + kOffEmpty, empty1 = sbase + kOffEmpty1;
   const uint32_t sQ = sbase + kOffQ;
   volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
   auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
   if (tid == 0) {
     mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
     mbar_init(full0 + 8, 128);
-    mbar_init(empty0, kConsumerThreads);  // every consumer thread, once it is done with the tile
-    mbar_init(empty0 + 8, kConsumerThreads);
+    mbar_init(empty0, 128);  // WG0's threads, once each is done with the stage's tile
+    mbar_init(empty0 + 8, 128);
+    mbar_init(empty1, 128);  // WG1's
+    mbar_init(empty1 + 8, 128);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     *abort = 0;
   }
@@ -107,15 +112,26 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     if (ntiles > 0 && !by_tma(0)) rows_of(0, row);
     for (int j = 0; j < ntiles; ++j) {
       const int s = j & 1;
-      if (j >= 2) mbar_wait(empty0 + 8 * s, ((j >> 1) + 1) & 1, abort);  // tile j - 2 released by both consumers
+      const uint32_t par = ((j >> 1) + 1) & 1;  // tile j - 2's release
+      if (j >= 2) mbar_wait(empty0 + 8 * s, par, abort);  // WG0's: planes_of(0, s) free
       if (by_tma(j)) {
         // Q's copies complete before the first tile's arrival (a cp.async tile's arrival waits
         // for them, a plain one does not).
         if (j == 0) cp_async_wait_every();
-        if (pt == 0) tma_tile(&kvm.map, stage(s), full0 + 8 * s, wk.b * p.kv_cols + bk.tile_t0(j));  // contiguous: < 2^31 rows
-        else mbar_arrive(full0 + 8 * s);
+        if (pt == 0) {
+          // planes_of(0, s) now, planes_of(1, s) once WG1 released the stage too; full[s]
+          // completes only when both halves landed (tma_expect posts the whole tile's bytes).
+          const int row0 = wk.b * p.kv_cols + bk.tile_t0(j);  // contiguous: < 2^31 rows
+          tma_expect(full0 + 8 * s);
+          tma_half(&kvm.map, stage(s), full0 + 8 * s, row0, 0, s);
+          if (j >= 2) mbar_wait(empty1 + 8 * s, par, abort);
+          tma_half(&kvm.map, stage(s), full0 + 8 * s, row0, 1, s);
+        } else {
+          mbar_arrive(full0 + 8 * s);
+        }
         continue;
       }
+      if (j >= 2) mbar_wait(empty1 + 8 * s, par, abort);  // every plane: WG1's release too
       load_rows(stage(s), row, p.kv);
       if (j + 1 < ntiles && !by_tma(j + 1)) rows_of(j + 1, row);  // the next tile's offsets while this one lands
       if (bk.tile_masked(j)) {
@@ -220,7 +236,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
       wait_all();
       pin(o);
-      mbar_arrive(empty0);  // done with stage 0
+      mbar_arrive(empty1);  // done with stage 0
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         l_run[h] = l_run[h] * sc[h] + sum[h];
@@ -230,13 +246,13 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
       issue_pv_rs(o, pa, stage(1), 1);
       wait_all();
       pin(o);
-      mbar_arrive(empty0 + 8);  // done with stage 1
+      mbar_arrive(empty1 + 8);  // done with stage 1
     } else {
       // The last tile of an odd count is WG0's: only its P_a applied to these columns.
       issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
       wait_all();
       pin(o);
-      mbar_arrive(empty0);  // done with stage 0
+      mbar_arrive(empty1);  // done with stage 0
     }
   }
 
@@ -273,7 +289,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
   bk.i_lo = bk.R0 / p.heads;
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
   uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
-  const Stages st{sbase + kOffFull, sbase + kOffEmpty, sbase + kOffKV,
+  const Stages st{sbase + kOffFull, sbase + kOffEmpty, sbase + kOffEmpty1, sbase + kOffKV,
                   reinterpret_cast<volatile uint32_t*>(smem + kOffAbort)};
   const uint32_t sQ = sbase + kOffQ;
   if (tid == 0) {
@@ -330,13 +346,16 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       if (b < 0) break;
       const int ntiles = pc[kPcTiles];
       // The piece's Q (before its parents, as the first piece's always was); after the first
-      // piece only once stage 0's previous use is released: that is the previous piece's last
-      // pair, whose S (tile a, and tile b: WG1 waits for it before it releases stage 0) read Q
-      // for the last time. The piece's tile 0 (stage 0) then waits for nothing more. Its
-      // copies complete before the arrival of the piece's first tile (arrivals track every
-      // earlier cp.async of the thread).
+      // piece only once both consumers released stage 0's previous use: that is the previous
+      // piece's last pair, whose S (tile a, and tile b: WG1 waits for it before it releases
+      // stage 0) read Q for the last time. The piece's tile 0 (stage 0) then waits for nothing
+      // more. Its copies complete before the arrival of the piece's first tile (arrivals track
+      // every earlier cp.async of the thread).
       if (ntiles > 0) {
-        if (ph & 4) mbar_wait(st.empty0, (ph & 1) ^ 1, st.abort);
+        if (ph & 4) {  // both consumers' releases
+          mbar_wait(st.empty0, (ph & 1) ^ 1, st.abort);
+          mbar_wait(st.empty1, (ph & 1) ^ 1, st.abort);
+        }
         int64_t qrow[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -355,8 +374,10 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       if (ntiles > 0) rows_of(0, row);
       for (int j = 0; j < pc[kPcTiles]; ++j) {
         const int s = j & 1;
-        if (j >= 2 || (j == 1 && (ph & 8)))  // the stage's previous use released by both consumers
+        if (j >= 2 || (j == 1 && (ph & 8))) {  // the stage's previous use released by both consumers
           mbar_wait(st.empty0 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
+          mbar_wait(st.empty1 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
+        }
         load_rows(st.stage(s), row, p.kv, rg, x);
         if (j + 1 < pc[kPcTiles]) rows_of(j + 1, row);  // the next tile's offsets while this one lands
         if (j < pc[kPcMasked])

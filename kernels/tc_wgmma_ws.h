@@ -25,13 +25,15 @@ namespace {
 //     two stages, 36 x 16 bytes a thread a tile), signalled by cp.async.mbarrier.arrive.noinc
 //     on the stage's `full` mbarrier; on the tiles at the tree rows it waits for its copies,
 //     zeroes non-finite values, marks their keys and builds the visibility words (tc_attn_wg's
-//     contract, wg::Tiles::clean and build_mask), then arrives plainly. It reuses a stage when
-//     both consumers have arrived on its `empty` mbarrier.
+//     contract, wg::Tiles::clean and build_mask), then arrives plainly. On a contiguous cache
+//     the other tiles come by TMA from its thread 0 (tc_attn_ws only). A stage is released by
+//     halves (below, "Early refill"): a cp.async tile waits for both halves, a TMA tile
+//     loads each half once it is free.
 //   Registers: 2 x 128 x 224 + 128 x 56 = 64,512 = 384 x 168, what __launch_bounds__(384, 1)
 //     gives at launch (setmaxnreg moves registers within the block's allocation; asking for
 //     more than the launch gave would block setmaxnreg.inc forever). ptxas (CUDA 13.0,
 //     sm_90a): 168 registers at launch, 8 named barriers, 0 spills, no wgmma serialization;
-//     the SASS uses R0..R221 in the consumers (of 224), R0..R42 in the producer (of 56);
+//     the SASS uses R0..R221 in the consumers (of 224), R0..R45 in the producer (of 56);
 //     tc_attn_ws_deal takes the same 168, 0 spills.
 //
 // The running maximum is one chain: tile a's softmax starts from the maximum after tile b of
@@ -45,21 +47,43 @@ namespace {
 //   WG1: [b] sync S0; wait full[1]; issue S_b = Q K_b^T; sync P0; O_R *= sc_a; wait full[0];
 //        O_R += P_a V_a[:, 256:512] (SS); [b] wait for S_b (PV_a in flight); softmax_b from
 //        m_a; P_b -> stage 1's rope plane, (m_b, sc_b) -> smem; arrive P1; wait for PV_a;
-//        arrive empty[0]; O_R *= sc_b; O_R += P_b V_b[:, 256:512] (RS); wait; arrive empty[1]
+//        arrive empty1[0]; O_R *= sc_b; O_R += P_b V_b[:, 256:512] (RS); wait; arrive empty1[1]
 // so WG1's QK^T runs during WG0's softmax and both PV's during WG1's softmax. Barriers a pair
-// of tiles: mbarriers full[0], full[1] (each consumer thread waits), empty[0], empty[1] (256
-// arrivals each, the producer waits), named barriers S0, P0 and P1 (256: one warpgroup
-// arrives, the other syncs; bar.arrive orders the arriving threads' shared-memory writes before the
-// syncing threads' reads), a 128-thread named barrier in the writing warpgroup before it
-// overwrites the rope plane its own S read. A named barrier instance cannot be arrived at
-// twice before it completes: WG0 arrives at P0 (and S0) of pair k + 1 only after the sync at
-// P1 of pair k, which WG1 arrives at after its syncs at S0 and P0 of pair k; WG1 arrives at
-// P1 of pair k + 1 only after its sync at P0 of pair k + 1, which WG0 arrives at after its
-// sync at P1 of pair k. S0 is used only in pairs with a tile b, on both sides.
+// of tiles: mbarriers full[0], full[1] (each consumer thread waits), empty[0], empty[1] (WG0's
+// 128 threads arrive) and empty1[0], empty1[1] (WG1's; the producer waits), named barriers
+// S0, P0 and P1 (256: one warpgroup arrives, the other syncs; bar.arrive orders the arriving
+// threads' shared-memory writes before the syncing threads' reads), a 128-thread named barrier
+// in the writing warpgroup before it overwrites the rope plane its own S read. A named
+// barrier instance cannot be arrived at twice before it completes: WG0 arrives at P0 (and S0)
+// of pair k + 1 only after the sync at P1 of pair k, which WG1 arrives at after its syncs at
+// S0 and P0 of pair k; WG1 arrives at P1 of pair k + 1 only after its sync at P0 of pair
+// k + 1, which WG0 arrives at after its sync at P1 of pair k. S0 is used only in pairs with a
+// tile b, on both sides.
 // The last pair of an odd count has no tile b: WG0 skips its [b] steps, WG1 runs only
-// "sync P0 .. PV_a .. arrive empty[0]". Neither mbarrier phase can run two ahead: the
-// producer reloads a stage only after both consumers released it, and a consumer can release
-// use u + 1 only after waiting for full use u + 1.
+// "sync P0 .. PV_a .. arrive empty1[0]".
+//
+// Early refill (as FlashMLA: the next tile starts loading one PV half early). After its S a
+// consumer reads only its half of a stage: stage 0 (tile a) WG0 planes 0-3 (PV_a, RS), WG1
+// planes 4-7 and P_a in plane 8 (SS); stage 1 (tile b) WG1 planes 4-7 (RS), WG0 planes 0-3
+// and P_b in plane 8. Each S is complete before its tile's P is written (the writer's
+// 128-thread barrier), so before the other warpgroup's reads begin. So WG w's release of stage
+// s (empty[s] for WG0, empty1[s] for WG1) frees planes_of(w, s): planes 4w..4w+3, and plane 8
+// where s != w (the peer reads P there last). A TMA tile's thread 0, once WG0 released the
+// stage, posts the whole tile's bytes on full[s] (arrive.expect_tx) and issues planes_of(0, s),
+// then waits for WG1's release and issues planes_of(1, s); the other 127 producer threads
+// arrive plainly after WG0's release. full[s] completes only once all 9 planes landed (its
+// tx-count stays positive until then), so no consumer starts a tile before both released the
+// previous one. Stage 0's planes 0-3 thus load during WG1's softmax of tile b. A cp.async tile
+// (every plane by every thread; masks, s_bad) waits for both releases. Plane 8 is freed by
+// P's reader, not its writer: the writer's generic stores are followed by its
+// fence.proxy.async before it arrives at P0/P1, and the reader's release (after its sync there
+// and its wgmma's reads) orders them before the TMA that overwrites the plane.
+// Phases stay exact. A producer thread arrives on full[s] for use u + 1 only after waiting for
+// WG0's release of use u, which follows full use u: each arrival falls in its own phase. WG w
+// releases use u + 1 only after waiting for full use u + 1, which needs every producer
+// thread's arrival and all 9 planes, each after that thread's waits on the releases of use u:
+// neither empty barrier runs two phases ahead of the producer's waits. And full use u + 1
+// needs both releases of use u, each after that consumer waited for full use u.
 //
 // Pieces (tc_attn_ws_deal, dealt mode, TcArgs::deal: batch > 1; tc.h, deal_locate): a block runs the pieces of
 // its slot one after another, each the scheme above on one element's tile range (O, m, l reset;
@@ -67,12 +91,12 @@ namespace {
 // stage j & 1), and the phases are counted over the block: pair k of a piece is use u_s + k
 // of stage s, u_s the uses of stage s by the earlier pieces (the producer and the consumers
 // each keep u_s's parity; the producer also whether a stage was used yet). The producer loads
-// a later piece's Q only once stage 0's previous use is released: that is the previous
+// a later piece's Q only once stage 0's previous use is released by both: that is the previous
 // piece's last pair, and both consumers release it after their last S of the piece (WG1 waits
-// for S_b before it arrives at empty[0]), so no S reads Q while it changes; its copies then
+// for S_b before it arrives at empty1[0]), so no S reads Q while it changes; its copies then
 // complete before tile 0's arrival. The parents are restaged after a producer barrier (every
 // producer thread done with the previous piece's walk); masks and s_bad are per stage and
-// written after the stage's empty wait, as within a piece. The named barriers keep their
+// written after both releases of the stage, as within a piece. The named barriers keep their
 // order across pieces (a piece's last pair leaves P0/P1/S0 completed; WG0 arrives at the next
 // piece's only after the piece's end barrier, which WG1 reaches after its last sync); the row
 // sums alternate between two s_l buffers by piece parity, since one warpgroup may post the
@@ -91,12 +115,12 @@ namespace {
 //   m, sc   1,024  [2 warpgroups][64 rows] the running max after its tile, the rescale factor
 //   l         512  [2][64] at the end, each warpgroup's row sums
 //   mask    1,024  [2 stages][64 tokens] visibility words
-//   full, empty 32 four mbarriers; abort 8 (a wait timed out); BlockInfo 64 (s_bad: per
-//                 stage, non-finite keys)
-//   = 223,848 + 1,024 slack = 224,872 B; the staged parents take what is left of 232,448
-//   (1,894 entries: every q_len the op accepts, <= 1,024). tc_attn_ws_deal adds SmemDeal
+//   full, empty, empty1 48 six mbarriers; abort 8 (a wait timed out); BlockInfo 64 (s_bad:
+//                 per stage, non-finite keys)
+//   = 223,864 + 1,024 slack = 224,888 B; the staged parents take what is left of 232,448
+//   (1,890 entries: every q_len the op accepts, <= 1,024). tc_attn_ws_deal adds SmemDeal
 //   before its parents (a second l, by a piece's parity, and the producer's piece: 576 B):
-//   225,448 B and 1,750 entries.
+//   225,464 B and 1,746 entries.
 namespace ws {
 using wg::kPlane;
 using wg::kTileBytes;
@@ -121,7 +145,8 @@ struct Smem {
   float l[2][kRows];              // at the end: each warpgroup's row sums (tc_attn_ws_deal: a piece's of even parity)
   uint64_t mask[2][kRows];        // per stage: visibility word of each token
   uint64_t full[2];               // per stage: the tile landed (and cleaned, masked)
-  uint64_t empty[2];              // per stage: both consumers are done with it
+  uint64_t empty[2];              // per stage: WG0 is done with it (frees planes_of(0, s))
+  uint64_t empty1[2];             // per stage: WG1 is done with it (frees planes_of(1, s))
   uint32_t abort[2];              // [0]: a wait timed out (mbar_wait); [1] unused
   BlockInfo info;
 };
@@ -140,6 +165,7 @@ constexpr int kOffL = offsetof(Smem, l);
 constexpr int kOffMask = offsetof(Smem, mask);
 constexpr int kOffFull = offsetof(Smem, full);
 constexpr int kOffEmpty = offsetof(Smem, empty);
+constexpr int kOffEmpty1 = offsetof(Smem, empty1);
 constexpr int kOffAbort = offsetof(Smem, abort);
 constexpr int kOffInfo = offsetof(Smem, info);
 constexpr int kOffL1 = sizeof(Smem) + offsetof(SmemDeal, l);
@@ -154,8 +180,8 @@ constexpr int kOffParentDeal = sizeof(Smem) + sizeof(SmemDeal);
 constexpr int kBaseBytesDeal = wg::kSlack + kOffParentDeal;
 static_assert(kOffKV % 1024 == 0 && wg::kTileBytes % 1024 == 0 && wg::kPlane % 1024 == 0,
               "wgmma's 128-byte swizzle: 1024-byte aligned planes");
-static_assert(kOffFull % 8 == 0 && kOffEmpty % 8 == 0, "mbarriers: 8-byte aligned");
-static_assert(kBaseBytes == 224872 && kBaseBytesDeal == 225448 && kBaseBytesDeal + 4 * kMaxQLen <= 232448,
+static_assert(kOffFull % 8 == 0 && kOffEmpty % 8 == 0 && kOffEmpty1 % 8 == 0, "mbarriers: 8-byte aligned");
+static_assert(kBaseBytes == 224888 && kBaseBytesDeal == 225464 && kBaseBytesDeal + 4 * kMaxQLen <= 232448,
               "the sm_90 opt-in limit with every q_len's parents staged (the comment above)");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -189,19 +215,29 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
 }
-// A tile of the contiguous cache by TMA: nine boxes (64 dims x 64 rows from cache row row0, one
-// a plane) into the stage at dst, counted on bar's transaction bytes; with the caller's arrival
-// (the other 127 producer threads arrive plainly) the stage's phase completes once all landed.
-// map: a __grid_constant__ argument's address (KvMap::map), read in place by the TMA unit.
-__device__ __forceinline__ void tma_tile(const CUtensorMap* map, uint32_t dst, uint32_t bar, int row0) {
+// A tile of the contiguous cache by TMA, in two halves (tc_attn_ws's thread 0; "Early refill"
+// above). tma_expect: the caller's arrival, posting the whole tile's transaction bytes before
+// any box is issued, so that bar's phase (with the other 127 producer threads' plain
+// arrivals) completes only once all nine planes landed, however far apart the halves go.
+__device__ __forceinline__ void tma_expect(uint32_t bar) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "n"(kTileBytes) : "memory");
+}
+// One box: plane kc of the tile (64 dims x 64 rows from cache row row0) into the stage at dst,
+// counted on bar's transaction bytes. map: a __grid_constant__ argument's address
+// (KvMap::map), read in place by the TMA unit.
+__device__ __forceinline__ void tma_plane(const CUtensorMap* map, uint32_t dst, uint32_t bar, int row0, int kc) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
+          "r"(dst + kc * kPlane),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(kc * 64), "r"(row0), "r"(bar)
+      : "memory");
+}
+// The boxes of planes_of(w, s): planes 4w..4w+3, and the rope plane where s != w (it holds P
+// of WG s's tile, which WG 1 - s reads last).
+__device__ __forceinline__ void tma_half(const CUtensorMap* map, uint32_t dst, uint32_t bar, int row0, int w, int s) {
 #pragma unroll
-  for (int kc = 0; kc < 9; ++kc)
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-            "r"(dst + kc * kPlane),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(kc * 64), "r"(row0), "r"(bar)
-        : "memory");
+  for (int kc = 0; kc < 4; ++kc) tma_plane(map, dst, bar, row0, 4 * w + kc);
+  if (s != w) tma_plane(map, dst, bar, row0, 8);
 }
 __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
@@ -343,7 +379,7 @@ __device__ __forceinline__ void issue_peer_pv(float (&o)[128], float (&m_run)[2]
 // 1.4-1.7% slower at q_len 65, prefix 2,048 on the H200) ----------------------------------
 // The stages and barriers of a block, in shared memory.
 struct Stages {
-  uint32_t full0, empty0;  // stage s: + 8 s
+  uint32_t full0, empty0, empty1;  // full[s], empty[s] (WG0's release), empty1[s] (WG1's): + 8 s
   uint32_t kv0;            // stage s's planes: + s kTileBytes
   volatile uint32_t* abort;
   __device__ uint32_t stage(int s) const { return kv0 + s * kTileBytes; }
@@ -461,7 +497,7 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
       wait_all();
       pin(o);
-      mbar_arrive(st.empty0);  // done with stage 0 (S of tile b is done too: Q is free for the next range)
+      mbar_arrive(st.empty1);  // done with stage 0 (S of tile b is done too: Q is free for the next range)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         l_run[h] = l_run[h] * sc[h] + sum[h];
@@ -471,13 +507,13 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       issue_pv_rs(o, pa, st.stage(1), 1);
       wait_all();
       pin(o);
-      mbar_arrive(st.empty0 + 8);  // done with stage 1
+      mbar_arrive(st.empty1 + 8);  // done with stage 1
     } else {
       // The last tile of an odd count is WG0's: only its P_a applied to these columns.
       issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
       wait_all();
       pin(o);
-      mbar_arrive(st.empty0);  // done with stage 0
+      mbar_arrive(st.empty1);  // done with stage 0
     }
   }
 }

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from sync_model import Mbar, NamedBarriers, run, wait
 from verify_attn import cases
 
 OVERHEAD = 4  # kSplitOverheadTiles (kernels/tc.h)
@@ -178,51 +179,36 @@ def test_the_check_catches_a_broken_mirror(monkeypatch):
 
 # ---------------------------------------------------------------------------------------
 # The synchronization of tc_attn_ws_deal across pieces (kernels/tc_wgmma_ws.cu), as three
-# generators under a random scheduler: the producer (its `ph` bits, the Q load after stage 0's
-# previous use), WG0 and WG1 (their `ph` parities, the pairs, the named barriers). Mbarriers
-# count completed phases; try_wait.parity(P) passes once the phase of parity P completed, i.e.
-# while the current phase's parity differs from P. A named barrier instance completes when
-# both warpgroups reached it (bar.arrive does not block). Checked: every wait lets a thread
-# see exactly the data it was meant for (stage contents, Q), nothing is overwritten while
-# read, and the whole thing finishes (no deadlock).
-class _Mbar:
-    def __init__(self, count):
-        self.count, self.pending, self.phase = count, 0, 0
-
-    def arrive(self):
-        self.pending += 1
-        if self.pending == self.count:
-            self.pending, self.phase = 0, self.phase + 1
-
-    def passed(self, parity):
-        return (self.phase & 1) != parity
-
-
+# generators under a random scheduler (tests/sync_model.py): the producer (its `ph` bits, the Q
+# load after stage 0's previous use), WG0 and WG1 (their `ph` parities, the pairs, the named
+# barriers). Each warpgroup releases a stage on its own mbarrier (empty[s]: WG0, empty1[s]:
+# WG1); the producer's cp.async writes every plane, so it waits for both. Checked: every wait
+# lets a thread see exactly the data it was meant for (stage contents, Q), nothing is
+# overwritten while read, and the whole thing finishes (no deadlock).
 def _simulate(ntiles_list, rng):
-    full, empty = [_Mbar(1), _Mbar(1)], [_Mbar(2), _Mbar(2)]
+    full = [Mbar(1, "full[0]"), Mbar(1, "full[1]")]
+    empty = [[Mbar(1, "empty[0]"), Mbar(1, "empty[1]")], [Mbar(1, "empty1[0]"), Mbar(1, "empty1[1]")]]  # [w][s]
     stage = [None, None]           # (piece, tile) loaded
     readers = [set(), set()]       # consumers still reading the stage's content
     q = [None]                     # piece whose Q is loaded
     q_readers = {}                 # (piece, wg) -> S of the piece the warpgroup has yet to compute
-    named = {}                     # name -> [arrivals of WG0, of WG1] (instances completed: min)
+    bars = NamedBarriers()
     log = []
-
-    def wait(cond):
-        while not cond():
-            yield
 
     def producer():
         ph = 0
         for n, ntiles in enumerate(ntiles_list):
             if ntiles > 0:
                 if ph & 4:
-                    yield from wait(lambda: empty[0].passed((ph & 1) ^ 1))
+                    for w in (0, 1):
+                        yield from wait(lambda: empty[w][0].passed((ph & 1) ^ 1))
                 assert not any(left for (pc, _), left in q_readers.items() if pc != n), "Q overwritten while read"
                 q[0] = n
             for j in range(ntiles):
                 s = j & 1
                 if j >= 2 or (j == 1 and ph & 8):
-                    yield from wait(lambda: empty[s].passed(((ph >> s) ^ (j >> 1) ^ 1) & 1))
+                    for w in (0, 1):
+                        yield from wait(lambda: empty[w][s].passed(((ph >> s) ^ (j >> 1) ^ 1) & 1))
                 assert not readers[s], f"stage {s} overwritten while read"
                 stage[s] = (n, j)
                 readers[s] = {0, 1}
@@ -231,13 +217,9 @@ def _simulate(ntiles_list, rng):
             ph ^= (((ntiles + 1) >> 1) & 1) | ((ntiles >> 1) & 1) << 1
             ph |= (4 if ntiles >= 1 else 0) | (8 if ntiles >= 2 else 0)
 
-    def bar(name, w, block):
-        inst = named.setdefault(name, [0, 0])
-        inst[w] += 1
-        mine = inst[w]
-        assert inst[w] - inst[1 - w] <= 1, "named barrier arrived at twice (an arrive ran two ahead of the other side)"
-        if block:
-            yield from wait(lambda: inst[1 - w] >= mine)
+    def release(w, s):
+        readers[s].discard(w)
+        empty[w][s].arrive()
 
     def consumer(w):
         ph = 0
@@ -256,55 +238,42 @@ def _simulate(ntiles_list, rng):
                     assert stage[0] == (n, 2 * k)
                     s_done()
                     if has_b:
-                        yield from bar("S0", 0, False)
-                    yield from bar("P0", 0, False)
+                        yield from bars.bar("S0", 0, False)
+                    yield from bars.bar("P0", 0, False)
                     yield
-                    readers[0].discard(0)
-                    empty[0].arrive()
+                    release(0, 0)
                     if has_b:
-                        yield from bar("P1", 0, True)
+                        yield from bars.bar("P1", 0, True)
                         yield from wait(lambda: full[1].passed(par1))
                         assert stage[1] == (n, 2 * k + 1)
                         yield
-                        readers[1].discard(0)
-                        empty[1].arrive()
+                        release(0, 1)
                 elif has_b:
-                    yield from bar("S0", 1, True)
+                    yield from bars.bar("S0", 1, True)
                     yield from wait(lambda: full[1].passed(par1))
                     assert stage[1] == (n, 2 * k + 1)
-                    yield from bar("P0", 1, True)
+                    yield from bars.bar("P0", 1, True)
                     yield from wait(lambda: full[0].passed(par0))
                     assert stage[0] == (n, 2 * k)
                     yield
                     s_done()  # S_b (wait_one) before its softmax, P1 and the release of stage 0
-                    yield from bar("P1", 1, False)
+                    yield from bars.bar("P1", 1, False)
                     yield
-                    readers[0].discard(1)
-                    empty[0].arrive()
+                    release(1, 0)
                     yield
-                    readers[1].discard(1)
-                    empty[1].arrive()
+                    release(1, 1)
                 else:
-                    yield from bar("P0", 1, True)
+                    yield from bars.bar("P0", 1, True)
                     yield from wait(lambda: full[0].passed(par0))
                     assert stage[0] == (n, 2 * k)
                     yield
-                    readers[0].discard(1)
-                    empty[0].arrive()
-            yield from bar("End", w, True)
+                    release(1, 0)
+            yield from bars.bar("End", w, True)
             log.append((w, n))
             ph ^= (((ntiles + 1) >> 1) & 1) | ((ntiles >> 1) & 1) << 1 | 4
 
-    threads = [producer(), consumer(0), consumer(1)]
-    for _ in range(200000):
-        if not threads:
-            return log
-        t = rng.choice(threads)
-        try:
-            next(t)
-        except StopIteration:
-            threads.remove(t)
-    raise AssertionError("deadlock (or far too slow)")
+    run([producer(), consumer(0), consumer(1)], rng)
+    return log
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -1,0 +1,307 @@
+"""tc_attn_ws's early refill by halves (kernels/tc_wgmma_ws.h, "Early refill"; the producer in
+kernels/tc_wgmma_ws.cu): a model of the producer's threads, both consumer warpgroups and the
+copies in flight, plane by plane, under a random scheduler (tests/sync_model.py). Checked:
+nothing (a stage's planes, its masks, Q) is written while someone reads it, nothing is read
+while a write to it is in flight, every read sees the tile (or P) it was meant for, every
+mbarrier arrival and transaction falls in the phase it is meant for, no wait sees a barrier two
+phases ahead, and the block finishes. Mutants of the scheme make it fail. No GPU: a change to
+the kernel's synchronization must be mirrored here."""
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from sync_model import Mbar, NamedBarriers, run, wait, wait_phase
+
+
+def planes_of(w, s):
+    """The planes that only consumer w still reads when it releases stage s: its V half (planes
+    4w..4w+3), and the rope plane where the tile is the peer's (its P is there)."""
+    return list(range(4 * w, 4 * w + 4)) + ([8] if s != w else [])
+
+
+@dataclass(frozen=True)
+class Scheme:
+    planes_of: object = planes_of
+    expect_whole_tile: bool = True   # thread 0's arrive.expect_tx posts all 9 planes' bytes
+    cp_waits_both: bool = True       # a cp.async tile waits for WG1's release too
+    rest_wait: bool = True           # the other producer threads wait for WG0's release on a TMA tile
+
+
+@dataclass(frozen=True)
+class Block:
+    ntiles: int
+    nmasked: int   # the first tiles (at the tree rows): cp.async, cleaned, masked
+    tma: bool      # a contiguous cache: the other tiles by TMA
+    rest: int      # producer threads modelled besides thread 0 (each one slice of a cp.async plane)
+
+
+def simulate(blk, rng, scheme=Scheme()):
+    T = 1 + blk.rest
+    full = [Mbar(T, "full[0]"), Mbar(T, "full[1]")]
+    empty = [[Mbar(1, "empty[0]"), Mbar(1, "empty[1]")], [Mbar(1, "empty1[0]"), Mbar(1, "empty1[1]")]]  # [w][s]
+    bars = NamedBarriers()
+    content = {}   # key -> the value of each producer thread's slice: (stage, plane), (stage, "mask"), ("q", plane)
+    readers = {}   # key -> who reads it now
+    inflight = {}  # key -> writes issued and not landed
+    ops = []       # copies in flight and cp.async arrivals, in issue order
+    seq = [0]
+    early = [0]    # TMA boxes issued into a stage while a consumer still read other planes of it
+
+    def key(k):
+        content.setdefault(k, [None] * T)
+        readers.setdefault(k, [])
+        inflight.setdefault(k, 0)
+        return k
+
+    def read_begin(who, k, want):
+        key(k)
+        assert inflight[k] == 0, f"{who} reads {k} while a write to it is in flight"
+        assert all(v == want for v in content[k]), f"{who} reads {k}: {content[k]}, meant {want}"
+        readers[k].append(who)
+
+    def read_end(who, k, want):
+        assert all(v == want for v in content[k]), f"{k} changed under {who}: {content[k]}, meant {want}"
+        readers[k].remove(who)
+
+    def reads(who, ks, want):
+        """A read of several planes by one instruction stream, from issue to wait: begin, then end."""
+        for k in ks:
+            read_begin(who, k, want)
+        yield
+        for k in ks:
+            read_end(who, k, want)
+
+    def write_issue(who, k):
+        key(k)
+        assert not readers[k], f"{who} writes {k} while {readers[k]} read it"
+        inflight[k] += 1
+
+    def write_land(k, slices, value):
+        assert not readers[k], f"a write lands in {k} while {readers[k]} read it"
+        inflight[k] -= 1
+        for i in slices:
+            content[k][i] = value
+
+    def op(**kw):
+        seq[0] += 1
+        ops.append(dict(kw, seq=seq[0]))
+
+    def cp_async(pt, k, value):  # 16 B copies of this thread's slice of k
+        write_issue(f"producer {pt} cp.async", k)
+        op(kind="copy", cp=pt, key=k, slices=[pt], value=value)
+
+    def tma(k, value, bar, use):  # a box: the whole plane, counted on bar
+        write_issue("producer 0 TMA", k)
+        early[0] += any(readers.get((k[0], p)) for p in range(9))
+        op(kind="copy", cp=None, key=k, slices=range(T), value=value, bar=bar, use=use)
+
+    def cp_pending(pt, before=None):
+        return any(o["kind"] == "copy" and o["cp"] == pt and (before is None or o["seq"] < before) for o in ops)
+
+    def landable(o):  # cp.async.mbarrier.arrive.noinc: once the thread's earlier cp.async landed
+        return o["kind"] == "copy" or not cp_pending(o["pt"], o["seq"])
+
+    def engine():  # lands one ready copy or arrival at a time, in any order
+        while True:
+            ready = [o for o in ops if landable(o)]
+            if ready:
+                o = rng.choice(ready)
+                ops.remove(o)
+                if o["kind"] == "copy":
+                    write_land(o["key"], o["slices"], o["value"])
+                    if o.get("bar"):
+                        o["bar"].complete_tx(1, o["use"])
+                else:
+                    o["bar"].arrive(o["use"])
+            yield
+
+    def generic_write(who, k, slices, value):  # st.shared by a thread or a warpgroup
+        write_issue(who, k)
+        yield
+        write_land(k, slices, value)
+
+    def masked(j):
+        return j < blk.nmasked
+
+    def by_tma(j):
+        return blk.tma and not masked(j)
+
+    def producer(pt):
+        if blk.ntiles > 0:
+            for p in range(9):
+                cp_async(pt, key(("q", p)), "Q")
+        yield from bars.bar("Prod", pt, True, T)  # the parents staged
+        for j in range(blk.ntiles):
+            s, u = j & 1, j >> 1
+            if j >= 2 and (pt == 0 or scheme.rest_wait or not by_tma(j)):
+                yield from wait_phase(empty[0][s], u - 1)  # WG0's release of tile j - 2
+            if by_tma(j):
+                if j == 0:  # Q's copies before the first arrival (cp.async.wait_all)
+                    yield from wait(lambda: not cp_pending(pt))
+                if pt == 0:
+                    first, second = scheme.planes_of(0, s), scheme.planes_of(1, s)
+                    assert sorted(first + second) == list(range(9))
+                    full[s].arrive(u, expect_tx=9 if scheme.expect_whole_tile else len(first))
+                    for p in first:
+                        tma((s, p), j, full[s], u)
+                        yield
+                    if j >= 2:
+                        yield from wait_phase(empty[1][s], u - 1)
+                    for p in second:
+                        tma((s, p), j, full[s], u)
+                        yield
+                else:
+                    full[s].arrive(u)
+                yield
+                continue
+            if j >= 2 and scheme.cp_waits_both:
+                yield from wait_phase(empty[1][s], u - 1)
+            for p in range(9):
+                cp_async(pt, (s, p), j)
+                yield
+            if masked(j):
+                # Wait for the tile, clean it (every thread reads and may rewrite chunks of every
+                # plane) and write its masks, then arrive.
+                yield from wait(lambda: not cp_pending(pt))
+                yield from bars.bar("Prod", pt, True, T)
+                for p in range(9):
+                    k = (s, p)
+                    assert not readers[k] and inflight[k] == 0 and all(v == j for v in content[k]), \
+                        f"producer {pt} cleans {k}: {content[k]}, readers {readers[k]}"
+                    yield
+                yield from generic_write(f"producer {pt} mask", key((s, "mask")), [pt], j)
+                full[s].arrive(u)
+            else:
+                op(kind="arrive", pt=pt, bar=full[s], use=u)
+            yield
+
+    Q = [("q", p) for p in range(9)]
+
+    def stage(s, planes):
+        return [(s, p) for p in planes]
+
+    def softmax(who, s, j):
+        if masked(j):
+            yield from reads(who, [(s, "mask")], j)
+
+    def wg0():
+        for k in range((blk.ntiles + 1) // 2):
+            a, b = 2 * k, 2 * k + 1
+            has_b = b < blk.ntiles
+            yield from wait_phase(full[0], k)
+            yield from reads("WG0 S_a", Q, "Q")
+            yield from reads("WG0 S_a", stage(0, range(9)), a)
+            if has_b:
+                yield from bars.bar("S0", 0, False)
+            yield from softmax("WG0 softmax_a", 0, a)
+            yield from generic_write("WG0 P_a", (0, 8), range(T), ("P", a))
+            yield from bars.bar("P0", 0, False)
+            yield from reads("WG0 PV_a", stage(0, range(4)), a)
+            empty[0][0].arrive(k)
+            if has_b:
+                yield from bars.bar("P1", 0, True)
+                yield from wait_phase(full[1], k)
+                read_begin("WG0 PV_b", (1, 8), ("P", b))
+                yield from reads("WG0 PV_b", stage(1, range(4)), b)
+                read_end("WG0 PV_b", (1, 8), ("P", b))
+                empty[0][1].arrive(k)
+        yield from bars.bar("End", 0, True)
+
+    def wg1():
+        for k in range((blk.ntiles + 1) // 2):
+            a, b = 2 * k, 2 * k + 1
+            if b < blk.ntiles:
+                yield from bars.bar("S0", 1, True)
+                yield from wait_phase(full[1], k)
+                s_b = Q + stage(1, range(9))
+                for kk in s_b[:9]:
+                    read_begin("WG1 S_b", kk, "Q")
+                for kk in s_b[9:]:
+                    read_begin("WG1 S_b", kk, b)
+                yield from bars.bar("P0", 1, True)
+                yield from wait_phase(full[0], k)
+                pv_a = stage(0, range(4, 9))
+                for kk in pv_a[:4]:
+                    read_begin("WG1 PV_a", kk, a)
+                read_begin("WG1 PV_a", (0, 8), ("P", a))
+                yield
+                for kk in s_b[:9]:  # S_b done (wait_one), PV_a in flight
+                    read_end("WG1 S_b", kk, "Q")
+                for kk in s_b[9:]:
+                    read_end("WG1 S_b", kk, b)
+                yield from softmax("WG1 softmax_b", 1, b)
+                yield from generic_write("WG1 P_b", (1, 8), range(T), ("P", b))
+                yield from bars.bar("P1", 1, False)
+                yield
+                for kk in pv_a[:4]:
+                    read_end("WG1 PV_a", kk, a)
+                read_end("WG1 PV_a", (0, 8), ("P", a))
+                empty[1][0].arrive(k)
+                yield from reads("WG1 PV_b", stage(1, range(4, 8)), b)
+                empty[1][1].arrive(k)
+            else:
+                yield from bars.bar("P0", 1, True)
+                yield from wait_phase(full[0], k)
+                read_begin("WG1 PV_a", (0, 8), ("P", a))
+                yield from reads("WG1 PV_a", stage(0, range(4, 8)), a)
+                read_end("WG1 PV_a", (0, 8), ("P", a))
+                empty[1][0].arrive(k)
+        yield from bars.bar("End", 1, True)
+
+    run([producer(pt) for pt in range(T)] + [wg0(), wg1()], rng, background=[engine()])
+    uses = [(blk.ntiles + 1 - s) // 2 for s in (0, 1)]
+    assert [f.phase for f in full] == uses
+    assert [[e.phase for e in ew] for ew in empty] == [uses, uses]
+    assert not ops
+    return early[0]
+
+
+def blocks(rng):
+    ntiles = rng.choice([1, 2, 3, 4, 5, 6, 7, 9])
+    return Block(ntiles, rng.choice([0, 0, 1, 2, ntiles]) if rng.random() < 0.8 else rng.randrange(ntiles + 1),
+                 rng.random() < 0.75, rng.choice([1, 2, 3]))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_refill_by_halves(seed):
+    rng = random.Random(seed)
+    for _ in range(8):
+        simulate(blocks(rng), rng)
+
+
+def test_the_refill_overlaps_the_reads():
+    """The schedules do reach what the scheme is for: a half of a stage loading while the
+    other warpgroup still reads the other half."""
+    rng = random.Random(0)
+    assert sum(simulate(Block(8, 0, True, 2), rng) for _ in range(50)) > 0
+
+
+def test_planes_of_partitions_each_stage():
+    for s in (0, 1):
+        assert sorted(planes_of(0, s) + planes_of(1, s)) == list(range(9))
+    assert planes_of(0, 0) == [0, 1, 2, 3] and planes_of(1, 0) == [4, 5, 6, 7, 8]
+    assert planes_of(0, 1) == [0, 1, 2, 3, 8] and planes_of(1, 1) == [4, 5, 6, 7]
+
+
+def _wrong_rope(w, s):  # plane 8 of stage 0 (P_a, which WG1 still reads) in WG0's half
+    return list(range(4 * w, 4 * w + 4)) + ([8] if (s == 0) == (w == 0) else [])
+
+
+@pytest.mark.parametrize("scheme", [Scheme(planes_of=_wrong_rope), Scheme(expect_whole_tile=False),
+                                    Scheme(cp_waits_both=False), Scheme(rest_wait=False)],
+                         ids=["rope-plane-to-WG0", "first-half-bytes-only", "cp-async-after-WG0", "rest-no-wait"])
+def test_the_model_catches_a_broken_scheme(scheme):
+    """Each mutant of the scheme fails on some random schedule of these blocks."""
+    rng = random.Random(1)
+    failed = 0
+    for _ in range(300):
+        ntiles, rest = rng.choice([3, 4, 5, 7]), rng.choice([1, 2])
+        # the cp.async mutant on tiles by cp.async alone, the others on TMA tiles
+        blk = Block(ntiles, 0, True, rest) if scheme.cp_waits_both else Block(ntiles, ntiles, False, rest)
+        try:
+            simulate(blk, rng, scheme)
+        except AssertionError:
+            failed += 1
+    assert failed > 0
