@@ -273,8 +273,10 @@ def interrupt(tmp_path: Path, patch: str, argv: list[str], sig=signal.SIGTERM, g
               + f"\nfrom verify_attn_tools import cli\nsys.exit(cli.main({argv!r}))\n")
     from verify_attn import build
 
-    # A HOME of its own (asv's machine file), the session's build cache (the extension built once).
-    env = dict(os.environ, TMPDIR=str(tmp), HOME=str(tmp_path / "home"), PYTHONPATH=str(ROOT),
+    # A HOME of its own (asv's machine file), the session's build cache (the extension built once);
+    # the inherited PYTHONPATH stays behind ROOT (a GPU box may bring asv as --target wheels).
+    env = dict(os.environ, TMPDIR=str(tmp), HOME=str(tmp_path / "home"),
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
                VERIFY_ATTN_CACHE=str(build.cache_dir()))
     (tmp_path / "home").mkdir()
     proc = subprocess.Popen([sys.executable, "-c", driver], cwd=ROOT, env=env, stdout=subprocess.PIPE,
