@@ -27,12 +27,20 @@ from verify_attn import cases, ops, registry
 # Small shapes so that the CPU runs are quick; element 1 leaves rows of kv unused. The
 # "long" variant (prefix test only) crosses the CPU flash split length (1024 keys), so the
 # splits are merged and element 1's second split is empty; on CUDA flash splits it in two.
-LAYOUTS = {"contiguous": False, "paged": True}
+# "single" is element 0 alone, contiguous: on the H200 tc runs it one block a key range,
+# with the prefix tiles by TMA (a batch goes to the dealt kernel, every tile by cp.async).
+LAYOUTS = {"contiguous": False, "paged": True, "single": False}
 PREFIXES = {False: (300, 150), True: (1100, 150)}
 
 
 def case_of(layout, long=False):
-    return cases.Case(f"nan_{layout}", 2, 8, 9, PREFIXES[long], paged=LAYOUTS[layout])
+    prefixes = PREFIXES[long][:1] if layout == "single" else PREFIXES[long]
+    return cases.Case(f"nan_{layout}", len(prefixes), 8, 9, prefixes, paged=LAYOUTS[layout])
+
+
+def target(i):
+    """The element the tests poison: the last one (element 1, or 0 alone)."""
+    return i.q.shape[0] - 1
 
 
 # Query i depends on tree row j when j is i or an ancestor: row 1 feeds 1, 3, 4, 6, 7 only.
@@ -52,7 +60,7 @@ def expect(request, impl, case_id):
 
 def make(layout, device, long=False):
     i = cases.make_inputs(case_of(layout, long), device, SEED)
-    i.parent = torch.tensor([PARENT] * 2, dtype=torch.int32, device=i.parent.device)
+    i.parent = torch.tensor([PARENT] * i.q.shape[0], dtype=torch.int32, device=i.parent.device)
     return i
 
 
@@ -103,10 +111,11 @@ def test_nan_in_query_row(impl, col, layout, device, request):
     i = make(layout, device)
     require(impl, device, i)
     expect(request, impl, f"query_col{col}")
-    i.q[1, 4, 3, col] = float("nan")
+    b = target(i)
+    i.q[b, 4, 3, col] = float("nan")
     out, lse = run(impl, i)
-    bad = rows_mask()
-    bad[1, 4, 3] = True
+    bad = rows_mask(i.q.shape[0])
+    bad[b, 4, 3] = True
     check(out, lse, *clean(impl, layout, device), bad)
 
 
@@ -121,7 +130,7 @@ def test_nonfinite_prefix_row(impl, value, col, layout, device, request):
     expect(request, impl, f"prefix_{value}_col{col}")
     i.kv[pool_row(i, 0, 1050) + (col,)] = float(value)  # in the second CPU flash split
     out, lse = run(impl, i)
-    bad = rows_mask()
+    bad = rows_mask(i.q.shape[0])
     bad[0] = True
     check(out, lse, *clean(impl, layout, device, long=True), bad)
 
@@ -134,26 +143,28 @@ def test_nan_in_tree_row(impl, j, layout, device, request):
     i = make(layout, device)
     require(impl, device, i)
     expect(request, impl, f"tree_row_{j}")
-    prefix = int(i.prefix_lens[1])
-    i.kv[pool_row(i, 1, prefix + j)] = float("nan")
+    b = target(i)
+    prefix = int(i.prefix_lens[b])
+    i.kv[pool_row(i, b, prefix + j)] = float("nan")
     out, lse = run(impl, i)
-    bad = rows_mask()
+    bad = rows_mask(i.q.shape[0])
     for q in range(len(PARENT)):
         k = q
         while k > j:
             k = PARENT[k]
-        bad[1, q] = k == j
-    assert 0 < int(bad[1, :, 0].sum()) < len(PARENT) or j == 0
+        bad[b, q] = k == j
+    assert 0 < int(bad[b, :, 0].sum()) < len(PARENT) or j == 0
     check(out, lse, *clean(impl, layout, device), bad)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "single"])
 @pytest.mark.parametrize("impl", registry.names())
-def test_rows_past_kv_len_are_ignored(impl, device, request):
+def test_rows_past_kv_len_are_ignored(impl, layout, device, request):
     """Contiguous kv with more rows than any element uses: NaN there changes nothing."""
-    i = make("contiguous", device)
+    i = make(layout, device)
     require(impl, device, i)
     expect(request, impl, "rows_past_kv_len")
-    extra = torch.randn((2, 16, i.kv.shape[2]), device=i.kv.device).bfloat16()
+    extra = torch.randn((i.kv.shape[0], 16, i.kv.shape[2]), device=i.kv.device).bfloat16()
     i.kv = torch.cat([i.kv, extra], dim=1)  # element 0 uses 309 of 325 rows, element 1 159
     ref = run(impl, i)
     used = (i.prefix_lens + len(PARENT)).tolist()
