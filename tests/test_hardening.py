@@ -359,3 +359,20 @@ def test_ending_the_children_ends_what_left_their_group():
     if not gone:
         os.kill(escaped, signal.SIGKILL)
     assert gone, "the process in a session of its own outlived end()"
+
+
+def test_a_verb_piped_into_head_stops_quietly():
+    """`python -m verify_attn VERB | head`: the reader leaves early, the verb ends with SIGPIPE's
+    status and no traceback (its output is a real verb's: resources' rows, printed many times)."""
+    driver = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+              "from verify_attn_tools import cli, resources\n"
+              "rows = {'sm_90': {'k.cu': {f'k{i}': dict(registers=1, smem=0, stack=0, spill_stores=0, spill_loads=0,"
+              " threads=32, blocks_per_sm=1, occupancy=1.0) for i in range(50000)}}}\n"
+              "resources.resources.report = lambda: rows\n"
+              "sys.exit(cli.main(['resources']))\n")
+    proc = subprocess.Popen([sys.executable, "-c", driver], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what head does after its lines
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141, err
+    assert first.startswith(b"static smem only") and "Traceback" not in err, err

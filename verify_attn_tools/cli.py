@@ -8,6 +8,7 @@ machine without one says so in one line and exits 1.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 # verb -> one line; the module verify_attn_tools.<verb> does the work.
@@ -56,6 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`| head`): stop as a Unix filter does, without a traceback, and
+        # point stdout at /dev/null so that the flush at exit cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def need_gpu(what: str = "this verb") -> None:
