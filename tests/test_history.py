@@ -75,3 +75,23 @@ def test_a_file_that_is_not_asv_results_is_named(repo):
 def test_this_repository_has_a_history_table():
     rows = history.commits()
     assert rows and rows[0].measured  # the first commit with kernels/ changed measured code
+
+
+def test_measured_code_is_the_nearest_commit_that_changed_it(repo):
+    """A docs commit has its parent's measured code; a commit that changed some has its own."""
+    root, shas = repo
+    assert history.measured_code(root, shas["docs"]) == shas["kernels"]
+    assert history.measured_code(root, shas["package"]) == shas["package"]
+    assert history.measured_code(root, shas["kernels"]) == shas["kernels"]
+
+
+@pytest.mark.parametrize("args, words", [(["--branch", "nosuch"], "unknown branch 'nosuch'"),
+                                         (["--machine", "nosuch"], "unknown machine 'nosuch': results/ holds gpu")])
+def test_an_unknown_branch_or_machine_is_one_line_exit_2(repo, monkeypatch, capsys, args, words):
+    """Not a traceback, nor a table of every commit "lacking" a typo's results."""
+    root, _ = repo
+    monkeypatch.setattr(history, "ROOT", root)
+    assert history.main(args) == 2
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert not out and len(lines) == 1 and lines[0].startswith(f"python -m verify_attn history: {words}")

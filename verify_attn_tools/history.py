@@ -7,12 +7,15 @@ results/ measures the same code as its parent and is listed as "same". The table
 lists every first-parent commit since the kernels exist. --missing prints just the hashes
 that lack results (`python -m verify_attn backfill 0,1` with no commits runs those); --check exits 1 when
 there are any. The table's second column says whether the commit changed measured code.
+A --branch that is not a commit, or a --machine without a folder in results/, is one line
+naming it (the machines there too), exit 2.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +48,26 @@ def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout
 
 
+def changed_measured(root: Path, sha: str, parent: str | None) -> bool:
+    """Whether sha changed a measured path against parent (None: a root commit)."""
+    return bool(git(root, "diff", "--name-only", parent or EMPTY_TREE, sha, "--", *MEASURED).strip())
+
+
+def measured_code(root: Path, sha: str) -> str:
+    """The commit whose measured code sha has: sha itself where it changed a measured path,
+    else its nearest first-parent ancestor that did (sha where none did)."""
+    for line in git(root, "rev-list", "--first-parent", "--parents", sha).splitlines():
+        commit, *parents = line.split()
+        if changed_measured(root, commit, parents[0] if parents else None):
+            return commit
+    return sha
+
+
+def machines(root: Path = ROOT) -> list[str]:
+    """The asv machines of results/: its folders holding a machine.json."""
+    return sorted(p.parent.name for p in (root / "results").glob("*/machine.json"))
+
+
 def recorded(results: Path) -> set[str]:
     """Full hashes of the commits with results files in results/<machine>/."""
     hashes = set()
@@ -70,9 +93,20 @@ def commits(root: Path = ROOT, machine: str = "nvidia-h200", branch: str = "HEAD
     history = []
     for sha, parents, subject in log[start:]:
         parent = parents.split()[0] if parents else None
-        changed = git(root, "diff", "--name-only", parent or EMPTY_TREE, sha, "--", *MEASURED)
-        history.append(Commit(sha, subject, bool(changed.strip()), sha in done))
+        history.append(Commit(sha, subject, changed_measured(root, sha, parent), sha in done))
     return history
+
+
+def unknown(root: Path, branch: str, machine: str) -> str | None:
+    """One line on what of the arguments names nothing here (a table of every commit "lacking"
+    a typo's results would read as a fact), else None."""
+    if subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{branch}^{{commit}}"], cwd=root,
+                      capture_output=True).returncode != 0:
+        return f"unknown branch {branch!r}: not a commit of this repository"
+    known = machines(root)
+    if machine not in known:
+        return f"unknown machine {machine!r}: results/ holds {', '.join(known) or 'none'}"
+    return None
 
 
 def main(argv=None) -> int:
@@ -82,6 +116,10 @@ def main(argv=None) -> int:
     p.add_argument("--missing", action="store_true", help="print only the hashes that need results")
     p.add_argument("--check", action="store_true", help="exit 1 if any commit needs results")
     args = p.parse_args(argv)
+    problem = unknown(ROOT, args.branch, args.machine)
+    if problem:
+        print(f"python -m verify_attn history: {problem}", file=sys.stderr)
+        return 2
     history = commits(ROOT, args.machine, args.branch)
     holes = [c for c in history if c.missing]
     if args.missing:
