@@ -82,30 +82,38 @@ def test_a_slow_call_gets_fewer_samples():
     assert len(got["slow"].samples) == 3 and len(got["fast"].samples) == 6
 
 
+def twin(run, tmp_path, name="twin.json"):
+    """Another start of run's commit that read every point the same: its file with another date."""
+    d = json.loads(run.read_text())
+    d["date"] += 1
+    (tmp_path / name).write_text(json.dumps(d))
+    return tmp_path / name
+
+
 def test_spread_of_one_commits_runs(tmp_path, capsys):
-    """The same file twice spreads by nothing; files of two commits are refused."""
+    """Two runs with the same values spread by nothing; files of two commits are refused (exit 2)."""
     from conftest import ROOT
     from verify_attn_tools import spread
-    from verify_attn_tools.cli import Refusal
 
     run = ROOT / "results" / "nvidia-h200" / "cbb6b5e6-reuse-py3.12.json"
+    other = twin(run, tmp_path)
     out = tmp_path / "spread.json"
-    assert spread.main([str(run), str(run), "--json", str(out)]) == 0
+    assert spread.main([str(run), str(other), "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert rows and all(r["track_time"] == 0 == r["track_time_vs_anchor"] and r["ms"] >= 0.02 for r in rows)
     assert {"Quick", "Serving"} <= {r["class"] for r in rows}
     out_text = capsys.readouterr().out
     assert "largest spread raw 0.00%" in out_text
     assert "judged Quick points: met" in out_text and "or more: met" in out_text
-    with pytest.raises(Refusal, match="different commits"):
-        spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")])
+    assert spread.main([str(run), str(ROOT / "results" / "nvidia-h200" / "8cc6a600-reuse-py3.12.json")]) == 2
+    assert "different commits" in capsys.readouterr().err
     # an extra start kept gzipped (results/<machine>/starts/) reads as the file itself
     packed = tmp_path / "cbb6b5e6-start.json.gz"
-    packed.write_bytes(gzip.compress(run.read_bytes()))
+    packed.write_bytes(gzip.compress(other.read_bytes()))
     assert spread.main([str(run), str(packed), "--json", str(out)]) == 0 and json.loads(out.read_text()) == rows
     packed.write_bytes(b"not gzip")
-    with pytest.raises(Refusal, match="not an asv result file"):
-        spread.main([str(run), str(packed)])
+    assert spread.main([str(run), str(packed)]) == 2
+    assert "not an asv result file" in capsys.readouterr().err
 
 
 def test_spread_keeps_points_that_some_runs_lack(tmp_path, capsys):
@@ -119,7 +127,7 @@ def test_spread_keeps_points_that_some_runs_lack(tmp_path, capsys):
     d["results"] = {k: v for k, v in d["results"].items() if ".Serving." not in k}
     part, out = tmp_path / "part.json", tmp_path / "rows.json"
     part.write_text(json.dumps(d))
-    assert spread.main([str(run), str(part), str(run), "--json", str(out)]) == 0
+    assert spread.main([str(run), str(part), str(twin(run, tmp_path)), "--json", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert {r["runs"] for r in rows if r["class"] == "Serving"} == {2}
     assert {r["runs"] for r in rows if r["class"] != "Serving"} == {3}
@@ -150,13 +158,34 @@ def test_spread_names_the_file_that_reads_a_point_off(tmp_path, capsys):
     entry[samples][k] = [v * 1.03 for v in entry[samples][k]]
     high = tmp_path / "high.json"
     high.write_text(json.dumps(d))
-    assert spread.main([str(run), str(run), str(high)]) == 1
+    assert spread.main([str(run), str(twin(run, tmp_path)), str(high)]) == 1
     text = capsys.readouterr().out
     assert "# goal, x anchor within 1% at each of the 24 judged Quick points: NOT met at Quick 64 9 2048 tc 3.00% " \
            "(high high.json +3.00%, low 8741e72b-reuse-py3.12.json +0.00%)" in text
     assert re.search(r"# high.json: \d+ judged points, x anchor \+0\.0\d\d% from their medians on average, 1 beyond "
                      r"\+-1%, most \+3\.00% at Quick 64 9 2048 tc", text)
     assert re.search(r"# 8741e72b-reuse-py3.12.json: \d+ judged points, x anchor \+0\.000% .* 0 beyond", text)
+
+
+def test_spread_refuses_one_run_given_twice_and_every_refusal_exits_2(tmp_path, capsys):
+    """One run against itself spreads by nothing and would meet every goal: the same path, a copy,
+    or its .json.gz is refused in one line naming both files; so is a missing file or one that is
+    not asv's, exit 2 each (1 is a goal not met)."""
+    from conftest import ROOT
+    from verify_attn_tools import spread
+
+    run = ROOT / "results" / "nvidia-h200" / "cbb6b5e6-reuse-py3.12.json"
+    copy, packed = tmp_path / "copy.json", tmp_path / "packed.json.gz"
+    copy.write_text(json.dumps(json.loads(run.read_text()), indent=2))
+    packed.write_bytes(gzip.compress(run.read_bytes()))
+    for files, words in (([run, run], f"{run} is given twice"),
+                         ([run, copy], f"{run} and {copy} hold the same run"),
+                         ([packed, twin(run, tmp_path), run], f"{packed} and {run} hold the same run"),
+                         ([run, tmp_path / "nosuch.json"], "nosuch.json: no such file"),
+                         ([run, ROOT / "results" / "nvidia-h200" / "machine.json"], "not an asv result file")):
+        assert spread.main([str(f) for f in files]) == 2
+        out, err = capsys.readouterr()
+        assert not out and len(err.splitlines()) == 1 and words in err, err
 
 
 def test_the_spread_goals_judge_what_report_judges():

@@ -12,7 +12,10 @@ largest and median spread, how many beyond 1% and 2%. The goal the history is he
 at every Quick point and within 2% at every point of 20 us or more, for the series that judge
 (the kernels under test; not the peers nor what benchmarks/accepted.json takes off for good):
 the last lines say whether it is met and where not, which file reads the point highest and
-which lowest, and the exit code is 1 where it is not. Per file, over the judged points it holds:
+which lowest, and the exit code is 1 where it is not. A refusal exits 2, one line: a file that is
+missing or not asv's result file, files of different commits, or one run given twice (the same
+path, or files with the same contents, a .json.gz of a .json too: a run against itself spreads by
+nothing and would meet any goal). Per file, over the judged points it holds:
 how far its drift-free values sit from each point's median over the files, on average and at
 most, so a start that reads a few points high stands apart from the scatter of all of them.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
+import sys
 import tempfile
 from pathlib import Path
 
@@ -37,6 +41,8 @@ def load(path: Path):
     results/<machine>/starts/), as asv's Results."""
     from asv import results as asv_results, util
 
+    if not path.is_file():
+        raise Refusal(f"{path}: no such file")
     try:
         if path.suffix == ".gz":
             with tempfile.TemporaryDirectory() as tmp:
@@ -61,6 +67,25 @@ def medians(path: Path) -> tuple[str, dict]:
             if value is not None and value == value:
                 out[(cls, combo, series)] = value
     return res.commit_hash, out
+
+
+def contents(path: Path):
+    """A result file's JSON (a .json.gz unpacked), to tell one run given twice."""
+    data = path.read_bytes()
+    return json.loads(gzip.decompress(data) if path.suffix == ".gz" else data)
+
+
+def twice(paths: list[Path]) -> str | None:
+    """One line naming two of the files that are one run (the same file, or the same contents),
+    else None. Called once every file has loaded, so each reads."""
+    seen: dict = {}
+    for path in paths:
+        key = json.dumps(contents(path), sort_keys=True)
+        if key in seen:
+            same = "is given twice" if seen[key].resolve() == path.resolve() else f"and {path} hold the same run"
+            return f"{seen[key]} {same}: give the result files of different machine starts"
+        seen[key] = path
+    return None
 
 
 def spread(runs: list[dict], min_s: float) -> list[dict]:
@@ -159,6 +184,15 @@ def ends(row: dict, names: list[str], devs: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    try:
+        return table(argv)
+    except Refusal as exc:
+        # 2, not the cli's 1: exit 1 means a goal not met.
+        print(f"python -m verify_attn spread: {exc}", file=sys.stderr)
+        return 2
+
+
+def table(argv) -> int:
     p = parser("spread", __doc__)
     p.add_argument("files", nargs="+", type=Path)
     p.add_argument("--min-ms", type=float, default=0.02, help="points whose median is under this are left out (default 0.02)")
@@ -170,6 +204,9 @@ def main(argv=None) -> int:
     commits = {c for c, _ in loaded}
     if len(commits) != 1:
         raise Refusal(f"the files hold different commits ({', '.join(sorted(c[:8] for c in commits))}): give one commit's")
+    duplicate = twice(args.files)
+    if duplicate:
+        raise Refusal(duplicate)
     rows = spread([m for _, m in loaded], args.min_ms / 1e3)
     print(f"# {commits.pop()[:8]}, {len(loaded)} runs: spread = max/min - 1 of the medians, raw time and x anchor")
     n = len(loaded)
