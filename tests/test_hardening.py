@@ -93,9 +93,9 @@ def test_ab_escapes_names_in_its_markdown():
 
 
 def report_commits():
-    out = subprocess.run(["git", "rev-parse", "HEAD~1", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return out[0], out[1]
+    import test_report
+
+    return test_report.commits()
 
 
 # --- 3a: the published site ---------------------------------------------------------------

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from verify_attn_tools import report
+from verify_attn_tools import history, report
 
 PARAMS = [["64"], ["9"], ["2048", "65536"], ["'naive'", "'flash'", "'tc'"]]
 CASE_PARAMS = [["'ragged_3x16x9'", "'seed_2x8x9x9'"], ["'naive'", "'flash'", "'tc'"]]
@@ -16,9 +16,10 @@ COMBOS = [(p, i) for p in (2048, 65536) for i in ("naive", "flash", "tc")]
 
 
 def commits():
-    out = subprocess.run(["git", "rev-parse", "HEAD~1", "HEAD"], cwd=report.ROOT, capture_output=True, text=True,
-                         check=True).stdout.split()
-    return out[0], out[1]
+    """The newest two commits of HEAD's line with measured code of their own: report compares
+    those (two commits with the same measured code are "same measured code", nothing to judge)."""
+    after = history.measured_code(report.ROOT, report.git_hash("HEAD"))
+    return history.measured_code(report.ROOT, report.git_hash(f"{after}~1")), after
 
 
 def write(results, machine, commit, times: dict, failed=(), failed_cases=(), anchor=None, anchor_version="0a1b2c3"):
@@ -78,7 +79,7 @@ def test_no_change_exits_0_and_folds_every_row(results, capsys):
     assert run(path, a, b) == 0
     out = capsys.readouterr().out
     assert "**no significant change**" in out.splitlines()[0]
-    assert "<details><summary>6 counted points unchanged</summary>" in out
+    assert "<details><summary>6 counted points judged, unchanged</summary>" in out
     assert re.search(r"\| \d\.\d% / \d\.\d% \| x anchor ", out), "the spread column: IQR / median, before / after"
     assert len(out.splitlines()) <= 60
 
@@ -149,7 +150,7 @@ def test_a_raw_drift_with_a_flat_anchor_series_exits_0(results, capsys):
     write(path, "nvidia-h200", b, {c: t * 1.05 for c, t in BASE.items()}, anchor=dict.fromkeys(COMBOS, 1.0))
     assert run(path, a, b) == 0
     out = capsys.readouterr().out
-    assert "**no significant change**" in out and "<details><summary>6 counted points unchanged</summary>" in out
+    assert "**no significant change**" in out and "<details><summary>6 counted points judged, unchanged</summary>" in out
     assert re.search(r"\| Quick h64 q9 p65536 \| tc \| 0\.3(?:29|3)\d* ms \| 0\.34[5-7]\d* ms \|", out)  # raw times beside
 
 
@@ -473,3 +474,104 @@ def test_accepted_between_takes_the_steps_after_the_base_up_to_the_head(tmp_path
     assert between(shas[0], shas[1]) == [(shas[1][:7], "s1")]
     assert between(shas[1], shas[2]) == []
     assert between(shas[2], shas[2]) == []
+
+
+@pytest.mark.parametrize("bench", ["quick", "NoSuchClass", "("])
+def test_a_bench_regex_that_matches_nothing_is_refused(results, capsys, bench):
+    """-b quick (for Quick) selects nothing: exit 2 in one line, not "nothing to judge" and 0."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    assert run(path, a, b, "-b", bench) == 2
+    captured = capsys.readouterr()
+    err = captured.err.splitlines()
+    assert not captured.out and len(err) == 1
+    assert f"no benchmark matches {bench!r}" in err[0] if bench != "(" else "'(' is not a regex" in err[0]
+    assert run(path, a, b, "-b", "Quick") == 0
+
+
+def commit(repo, files: dict, message: str) -> str:
+    from conftest import git
+
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", message)
+    return report.git_hash("HEAD")
+
+
+@pytest.fixture
+def line(tmp_path, monkeypatch):
+    """A first-parent line in a repository of its own: kernels v1, docs, kernels v2, docs; the
+    results of the two kernel commits under results/."""
+    from conftest import git
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    monkeypatch.setattr(report, "ROOT", repo)
+    shas = {"k1": commit(repo, {"kernels/k.cu": "v1"}, "kernels"),
+            "d1": commit(repo, {"README.md": "docs"}, "docs"),
+            "k2": commit(repo, {"kernels/k.cu": "v2"}, "kernels again"),
+            "d2": commit(repo, {"README.md": "more docs", "verify_attn_tools/x.py": "tooling"}, "docs and tooling")}
+    results = tmp_path / "results"
+    for name in ("k1", "k2"):
+        write(results, "nvidia-h200", shas[name], BASE)
+    return results, shas
+
+
+def test_a_commit_without_measured_changes_uses_its_ancestors_results(line, capsys):
+    """HEAD changed only docs and tooling: it measures k2's code, so k2's results stand for it,
+    and the comment says so in one line."""
+    results, shas = line
+    assert run(results, shas["d1"], "HEAD") == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"### verify-attn {shas['d1'][:8]} → {shas['d2'][:8]} on nvidia-h200: **no significant")
+    notes = [l for l in out.splitlines() if "whose results are used" in l]
+    assert notes == [f"{shas['d1'][:8]} measures the code of {shas['k1'][:8]}, whose results are used.",
+                     f"HEAD ({shas['d2'][:8]}) measures the code of {shas['k2'][:8]}, whose results are used."]
+    assert run(results, shas["k1"], "HEAD", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["after"] == shas["d2"] and data["results_of"] == {"before": shas["k1"], "after": shas["k2"]}
+    # results of its own come first
+    write(results, "nvidia-h200", shas["d2"], BASE)
+    assert run(results, shas["k1"], "HEAD") == 0
+    assert "whose results are used" not in capsys.readouterr().out
+
+
+def test_the_same_measured_code_on_both_sides_exits_0(line, capsys):
+    results, shas = line
+    for before, after in (("main", "HEAD"), (shas["k2"], "HEAD"), (shas["k1"], shas["d1"])):
+        assert run(results, before, after) == 0
+        out = capsys.readouterr().out
+        assert "**same measured code**" in out.splitlines()[0] and out.count("\n") == 3, out
+    assert run(results, "main", "HEAD") == 0
+    assert f"main and HEAD ({shas['d2'][:8]}) on both sides: one commit, the measured code of {shas['k2'][:8]}" in \
+        capsys.readouterr().out
+
+
+def test_an_ancestor_without_results_is_named_once(line, capsys):
+    """HEAD stands for k2: with k2's results gone it is k2 that lacks them (exit 3), named once."""
+    results, shas = line
+    for path in (results / "nvidia-h200").glob(f"{shas['k2'][:8]}-*.json"):
+        path.unlink()
+    assert run(results, shas["k1"], "HEAD") == 3
+    assert run(results, shas["d1"], "HEAD", "--machine", "nvidia-h200") == 3
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(f"no results of {shas['k2'][:8]} (the measured code of HEAD ({shas['d2'][:8]}))"
+                                 in l for l in err)
+    assert shas["k1"][:8] not in err[0] and err[0].count(shas["k2"][:8]) == 1
+
+
+def test_the_header_and_the_folds_say_judged_and_raw_only_alike(results, capsys):
+    """The counted points: how many judged (x anchor), how many raw only, in the same words as
+    the folds and the status column."""
+    path, a, b = results
+    write(path, "nvidia-h200", b, BASE)
+    assert run(path, a, b) == 0
+    assert "within the rule (6 counted points, all judged)." in capsys.readouterr().out
+    write(path, "nvidia-h200", b, BASE, anchor_version="4d5e6f7")
+    assert run(path, a, b) == 0
+    out = capsys.readouterr().out
+    assert "6 raw only, not judged (6 counted points, none judged)." in out
+    assert "<details><summary>6 counted points raw only, not judged</summary>" in out

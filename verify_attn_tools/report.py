@@ -10,6 +10,11 @@ continuous`). Only points where both commits have that series against the same a
 benchmark version, the anchor's sha) are judged; the others show their raw times as "raw only"
 and never decide.
 
+A commit that changed no measured path against its first parent (history.py's measured code)
+has the code of its nearest first-parent ancestor that did: without results of its own, that
+ancestor's are used, and a line says so. Two commits with the same measured code are "same
+measured code": nothing to judge, exit 0.
+
 The verdict comes first; then one row per case and implementation: raw time before -> after
 (shown, never deciding), x anchor before -> after, the ratio, whether it counts, speedup over
 naive and fraction of peak before -> after, and the status. A peer's speed (torch, FlashMLA: not
@@ -18,12 +23,14 @@ and raw-only rows are folded (dropped with --only-changed). The named cases that
 before Quick's timings (QuickCases) in B and did not in A are listed by name.
 
 Exit codes:
-  0  no counted slowdown (also when no point could be judged: raw only)
+  0  no counted slowdown (also when no point could be judged: raw only; or the same measured code)
   1  a counted slowdown, on the drift-free series
   2  something failed in B that did not fail in A (a point failing in both is shown as "still
-     failing" and does not decide); or a refusal: a revision that is not a commit, a
+     failing" and does not decide); or a refusal: a revision that is not a commit, a -b
+     that is not a regex or matches no benchmark of either commit (-b quick: not Quick), a
      malformed benchmarks.json, no machine with results of both commits, no asv
-  3  a commit has no results at all (on --machine, else on any machine): record it first
+  3  a commit has no results at all (on --machine, else on any machine; the ancestor whose
+     measured code it has, named, where it changed none): record it first
   4  a malformed results file: one line names the file and the field (a parameter value that
      is not a Python literal, "results": null)
 Names from the results files (implementations, cases, the machine) are escaped in the
@@ -42,7 +49,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from statistics import median
 
-from . import ROOT, artifacts
+from . import ROOT, artifacts, history
 from .cli import Refusal, parser
 from .sanitize import cell
 
@@ -163,6 +170,58 @@ def machines_with(results_dir: Path, *hashes: str) -> list[str]:
         if all(h[:8] in names for h in hashes):
             found.append(machine)
     return found
+
+
+def named(rev: str, sha: str) -> str:
+    """A commit as the user named it, with its hash: "HEAD (049c8d79)", or the hash alone."""
+    return sha[:8] if sha.startswith(rev) else f"{rev} ({sha[:8]})"
+
+
+def results_of(results_dir: Path, machine: str, sha: str, code: str) -> str | None:
+    """The commit whose results on machine stand for sha's: its own, else those of code, the
+    commit whose measured code sha has (history.measured_code); None where neither has any."""
+    return next((c for c in dict.fromkeys((sha, code)) if machine in machines_with(results_dir, c)), None)
+
+
+def choose_machine(results_dir: Path, machine: str | None, sides: list[tuple[str, str, str]]) -> tuple[str, list[str]]:
+    """The machine to compare on and, per side (rev, sha, code), the commit whose results are
+    used there (results_of): --machine, else one with results for both sides, this box's if
+    it is one, else the first. NoResults names the commit whose results a side lacks."""
+    known = [machine] if machine else sorted(p.parent.name for p in results_dir.glob("*/machine.json"))
+    found = {m: [results_of(results_dir, m, sha, code) for _, sha, code in sides] for m in known}
+    both = [m for m, used in found.items() if all(used)]
+    if not both:
+        lacking = dict.fromkeys(code[:8] if code == sha else f"{code[:8]} (the measured code of {named(rev, sha)})"
+                                for n, (rev, sha, code) in enumerate(sides) if not any(found[m][n] for m in known))
+        if lacking:
+            where = f"on {machine}" if machine else "on any machine"
+            raise NoResults(f"no results of {' and '.join(lacking)} {where} under {results_dir}")
+        raise Refusal(f"no machine under {results_dir} has results for both {sides[0][1][:8]} and {sides[1][1][:8]}")
+    if machine is None:
+        from verify_attn import suite
+        from verify_attn.machine import asv_machine_name
+
+        here = asv_machine_name(suite.device())
+        machine = here if here in both else both[0]
+    return machine, found[machine]
+
+
+def same_code(sides: list[tuple[str, str, str]], as_json: bool) -> int:
+    """The answer where both sides have one commit's measured code: nothing to judge, exit 0."""
+    (rev_a, a, code), (rev_b, b, _) = sides
+    verdict = f"### verify-attn {a[:8]} → {b[:8]}: **same measured code**"
+    if a == b:
+        line = (f"{named(' and '.join(dict.fromkeys((rev_a, rev_b))), a)} on both sides: one commit, the measured "
+                f"code of {code[:8]}, so there is nothing to judge.")
+    else:
+        line = (f"{named(rev_a, a)} and {named(rev_b, b)} both measure the code of {code[:8]}: no measured path "
+                "differs, so there is nothing to judge.")
+    if as_json:
+        print(json.dumps({"before": a, "after": b, "machine": None, "exit": 0, "rule": "same measured code",
+                          "verdict": verdict, "notes": [line], "failed_cases": [], "rows": [], "ab": None}, indent=1))
+    else:
+        print(f"{verdict}\n\n{line}")
+    return 0
 
 
 def load(results_dir: Path, machine: str, commit: str, suites: tuple[str, ...] = (BENCH,)) -> dict:
@@ -434,6 +493,13 @@ def num(v) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def judged_words(decided: int, judged: int) -> str:
+    """How many of the counted points the drift-free series judged (the others: raw only, or failed)."""
+    if not decided:
+        return ""
+    return ", all judged" if judged == decided else ", none judged" if not judged else f", {judged} of them judged"
+
+
 def folded(summary: str, lines: list[str]) -> list[str]:
     return ["", f"<details><summary>{summary}</summary>", "", HEAD, *lines, "", "</details>"] if lines else []
 
@@ -531,10 +597,12 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
     if still:
         detail.append(f"{len(still)} still failing")
     if raw and ab is None:
-        detail.append(f"{len(raw)} raw only")
+        detail.append(f"{len(raw)} raw only, not judged")
     decided = len(ab["rows"]) if ab is not None else sum(r.change not in ("new", "gone") for r in counted)
+    tally = f"{decided} counted points" + ("" if ab is not None else judged_words(decided, sum(r.judged for r in counted)))
     lines = [f"### verify-attn {a[:8]} → {b[:8]} on {cell(machine)}: **{verdict}**",
-             "", f"{'; '.join(detail) or ('within the rule' if decided else 'nothing to judge')} ({decided} counted points).", ""]
+             "", f"{'; '.join(detail) or ('within the rule' if decided else 'nothing to judge')} ({tally}).", "",
+             *info.get("notes", ()), ""]
     if ab is not None:
         lines += [f"**Rule:** `kernels/` changed, so the paired check decides: the base's and the head's kernels "
                   f"built side by side and timed in turn in one process on the same inputs (`python -m verify_attn "
@@ -578,7 +646,7 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
         moved = [r for r in counted if r.change not in ("same", "raw", "new", "gone")]
         decide = [report_line(r) for r in moved] + [report_line(r) for r in failed if not counts(r.impl)]
         graphs = [(f"{r.impl} at {r.case}", r.series, r.params) for r in moved if r.series]
-        rest = [("counted points unchanged", [report_line(r) for r in counted if r.change == "same"]),
+        rest = [("counted points judged, unchanged", [report_line(r) for r in counted if r.change == "same"]),
                 ("counted points raw only, not judged", [report_line(r) for r in raw])]
     if decide:
         lines += [HEAD, *decide]
@@ -724,21 +792,23 @@ def report(argv) -> int:
     except ImportError:
         raise Refusal(f"asv is not installed for {sys.executable}: run `bash test.sh` or `bash bench.sh` "
                       "first, which set it up") from None
-    a, b = git_hash(args.before), git_hash(args.after)
-    machine = args.machine
-    if machine is None:
-        candidates = machines_with(args.results, a, b)
-        if not candidates:
-            missing = [h[:8] for h in (a, b) if not machines_with(args.results, h)]
-            if missing:
-                raise NoResults(f"no results of {' and '.join(missing)} on any machine under {args.results}")
-            raise Refusal(f"no machine under {args.results} has results for both {a[:8]} and {b[:8]}")
-        from verify_attn import suite
-        from verify_attn.machine import asv_machine_name
-
-        here = asv_machine_name(suite.device())
-        machine = here if here in candidates else candidates[0]
-    a_res, b_res = load(args.results, machine, a), load(args.results, machine, b)
+    try:
+        re.compile(args.bench)
+    except re.error as exc:
+        raise Refusal(f"-b {args.bench!r} is not a regex ({exc})") from None
+    revs = (args.before, args.after)
+    sides = [(rev, sha, history.measured_code(ROOT, sha)) for rev, sha in zip(revs, map(git_hash, revs))]
+    (_, a, code_a), (_, b, code_b) = sides
+    if code_a == code_b:
+        return same_code(sides, args.json)
+    machine, (used_a, used_b) = choose_machine(args.results, args.machine, sides)
+    notes = [f"{named(rev, sha)} measures the code of {used[:8]}, whose results are used."
+             for (rev, sha, _), used in zip(sides, (used_a, used_b)) if used != sha]
+    a_res, b_res = load(args.results, machine, used_a), load(args.results, machine, used_b)
+    if not any(re.search(args.bench, key) for key in {*a_res, *b_res}):
+        # A typo (-b quick) would otherwise read as "nothing to judge" and pass.
+        raise Refusal(f"no benchmark matches {args.bench!r} in the results of {used_a[:8]} and {used_b[:8]} "
+                      f"(-b is a case-sensitive regex over names such as {BENCH}.Quick.{TIME})")
     bench_file = args.results / "benchmarks.json"
     try:
         benchmarks = json.loads(bench_file.read_text()) if bench_file.exists() else {}
@@ -755,12 +825,13 @@ def report(argv) -> int:
     ab = load_ab(args.ab) if args.ab else None
     from .regressions import commit_url
 
-    info = {**machine_info(args.results, machine, b), "kernels_changed": kernels_changed(a, b),
+    info = {**machine_info(args.results, machine, used_b), "kernels_changed": kernels_changed(a, b), "notes": notes,
             "commit_url": commit_url(ROOT), "site_url": site_url(),
             "clocks": (clocks_of(a_res, args.bench), clocks_of(b_res, args.bench))}
     text, code = markdown(rows, a, b, machine, args.factor, args.only_changed, cases, ab, info)
     if args.json:
         print(json.dumps({"before": a, "after": b, "machine": machine, "factor": args.factor, "exit": code,
+                          "results_of": {"before": used_a, "after": used_b}, "notes": notes,
                           "rule": "paired" if ab is not None else "asv", "verdict": text.splitlines()[0],
                           "failed_cases": cases, "rows": [asdict(r) | {"case": r.case} for r in rows],
                           "ab": ab}, indent=1))
