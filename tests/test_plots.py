@@ -147,3 +147,13 @@ def test_history_does_not_step_where_naive_did(figures):
 def test_speedup_draws_the_baseline_as_the_line_at_one(figures):
     labels = [t.get_text() for t in figures["speedup"].legends[0].get_texts()]
     assert "naive (= 1)" in labels and "naive" not in labels
+
+
+def test_the_way_back_names_the_page_it_opens(tmp_path):
+    """The site's first page is the landing page (index.html), asv's own grid is asv.html: each
+    link back from the plots says which one it opens."""
+    import re
+
+    page = plots.write_index(tmp_path, [], []).read_text()
+    links = dict(re.findall(r'<a href="([^"]+)">([^<]+)</a>', page))
+    assert links == {"../index.html": "&larr; Latest results", "../asv.html": "All benchmarks (asv)"}

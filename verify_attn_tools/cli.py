@@ -73,6 +73,23 @@ def need_gpu(what: str = "this verb") -> None:
                       f"(torch {torch.__version__}, CUDA {torch.version.cuda or 'not compiled in'})")
 
 
+def bounded(low: int, high: int | None = None):
+    """An argparse type: an int in [low, high], else argparse's one-line error naming the option."""
+    import argparse
+
+    def value(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if n < low or high is not None and n > high:
+            raise argparse.ArgumentTypeError(f"must be in [{low}, {high}], got {n}" if high is not None
+                                             else f"must be at least {low}, got {n}")
+        return n
+
+    return value
+
+
 def parser(verb: str, doc: str | None):
     """An argparse parser for a verb: its prog and description from the module docstring."""
     import argparse

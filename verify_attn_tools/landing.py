@@ -8,7 +8,7 @@ the roofline (both recorded with the run, track_time_vs_naive and _vs_roofline),
 FlashMLA's at the same shape, and the change since the previous commit with its verdict. The
 verdict is report's (verify_attn_tools/report.py: compare and markdown, imported, not copied):
 judged on the drift-free series track_time_vs_anchor, asv's Mann-Whitney test and a factor of
-1.03; where one of the two commits lacks that series the change shows as raw, not judged. A
+1.03; where one of the two commits lacks that series the change shows as raw only, not judged. A
 trend line per point (every recorded commit's time) links to the point's asv graph, the
 verdict to the commit. Under Quick's rows, where the newest commit has the profiler's series
 (benchmarks/bench_profile.py), the hardware's view of that call and what moved since the
@@ -78,6 +78,7 @@ class Machine:
     summary: str = ""
     ceilings: str = ""
     profiled: bool = False             # the newest commit has profiler series (bench_profile)
+    judged: int = 0                    # counted points judged on the drift-free series
 
 
 def results_files(results_dir: Path, machine: str) -> list[tuple[str, int]]:
@@ -172,6 +173,14 @@ def top_stall(call: dict) -> tuple[str, float] | None:
     return top[len("track_stall_"):].replace("_", " "), stalls[top]
 
 
+def count_moved(words: str, scale: int, a: float, b: float) -> str:
+    """"registers 168→176", "KiB dynamic smem 118→120"; in the recorded units where the scaled
+    values round alike ("dynamic smem 224,908→224,924 bytes"), so that a change never reads as none."""
+    if round(a / scale) != round(b / scale):
+        return f"{words} {a / scale:.0f}→{b / scale:.0f}"
+    return f"{words.removeprefix('KiB ')} {a:,.0f}→{b:,.0f} bytes"
+
+
 def moved(new: dict, old: dict) -> list[str]:
     """What moved past the glance's thresholds between two profiles of one point."""
     out = []
@@ -185,7 +194,7 @@ def moved(new: dict, old: dict) -> list[str]:
     for series, words, scale in COUNTS:
         a, b = old.get(series), new.get(series)
         if a is not None and b is not None and a != b:
-            out.append(f"{words} {a / scale:.0f}→{b / scale:.0f}")
+            out.append(count_moved(words, scale, a, b))
     a, b = top_stall(old), top_stall(new)
     if a and b and a[0] != b[0]:
         out.append(f"top stall {a[0]}→{b[0]}")
@@ -243,11 +252,31 @@ def change_words(row: report.Row | None) -> tuple[str, str]:
         return report.STATUS[row.change], "na"
     amount = report.change_words(r)
     if row.change == "raw":
-        return f"{amount} (raw, not judged)", "na"
+        return f"{amount} (raw only, not judged)", "na"
     if row.change == "same":
         return f"no significant change (x anchor {r:.3f})", "ok"
     peer = "" if report.counts(row.impl) else " (peer, not counted)"
     return f"{amount}{peer}", ("bad" if row.change == "slower" else "good") if not peer else "na"
+
+
+def timed_impls(benchmarks: dict, cls: str) -> set[str] | None:
+    """The implementations the suite times in a class: its impl parameter in benchmarks.json
+    (verify_attn.grid leaves out those only gated there, GATED_ONLY, and those a selection
+    excludes). None where benchmarks.json lacks the class."""
+    entry = benchmarks.get(f"{BENCH}.{cls}.track_time", {})
+    params = dict(zip(entry.get("param_names", []), entry.get("params", [])))
+    if "impl" not in params:
+        return None
+    return {i.strip("'\"") for i in params["impl"]}
+
+
+def tally(counted: list) -> str:
+    """The points behind the verdict in report's terms: counted points (the kernels under test,
+    measured in both commits), those of them judged on the drift-free series, and raw only."""
+    decided = sum(r.change not in ("new", "gone") for r in counted)
+    raw = sum(r.change == "raw" for r in counted)
+    words = f"{decided} counted points, {sum(r.judged for r in counted)} of them judged on the drift-free series"
+    return words + (f"; {raw} raw only, not judged" if raw else "")
 
 
 def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
@@ -265,12 +294,15 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
     points = []
     for cls, shape in HEADLINE:
         ref = value(new, cls, "track_time", (*shape.values(), REFERENCE))
+        timed = timed_impls(benchmarks, cls)
         for impl in IMPLS:
             combo = (*shape.values(), impl)
             t = value(new, cls, "track_time", combo)
             trend = [(sha, v) for (sha, _), res in zip(commits, loaded)
                      if (v := value(res, cls, "track_time", combo)) is not None]
-            if t is None and not trend:
+            # Untimed at the newest commit: a row only while the suite still times it there (a
+            # failure to show); one an older suite timed would be all "-" and an empty graph.
+            if t is None and (not trend or timed is not None and impl not in timed):
                 continue
             naive, roof = value(new, cls, "track_time_vs_naive", combo), value(new, cls, "track_time_vs_roofline", combo)
             p = Point(cls, shape, impl, t * 1e3 if t is not None else None,
@@ -290,16 +322,16 @@ def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:
         slower = [r for r in counted if r.change == "slower" and not r.accepted]
         stepped = [r for r in counted if r.accepted]
         faster = [r for r in counted if r.change == "faster"]
-        judged = sum(r.judged for r in rows)
+        m.judged = sum(r.judged for r in counted)
         m.summary = ("failed: something failed that did not before" if m.code == 2 else
                      f"slower at {len(slower)} points (worst {change_words(max(slower, key=lambda r: r.ratio))[0]})"
                      if slower else f"faster at {len(faster)} points, no counted slowdown" if faster else
-                     "no significant change" if judged else
+                     "no significant change" if m.judged else
                      "not judged: the previous commit has no drift-free series (raw times only)")
         if stepped:
             m.summary += (f"; slower at {len(stepped)} points as accepted in benchmarks/accepted.json "
                           f"(worst {change_words(max(stepped, key=lambda r: r.ratio))[0]})")
-        m.summary += f" ({judged} of {len(rows)} points judged on the drift-free series)"
+        m.summary += f" ({tally(counted)})"
     m.ceilings = "; ".join(f"{k} {v}" for k, v in details.items())
     return m
 
@@ -371,7 +403,7 @@ def render(machines: list[Machine], commit_url: str | None) -> str:
            "/ FlashMLA: time over FlashMLA's at the same shape (below 1 is faster). The change is judged on the "
            "drift-free series (time over a frozen anchor build's, the two timed in turn in the same process) by "
            f"<code>python -m verify_attn report</code>'s rule: factor {report.FACTOR} and asv's Mann-Whitney test. "
-           "Raw, not judged: one of the two commits lacks the drift-free series there, and raw times of separate "
+           "Raw only, not judged: one of the two commits lacks the drift-free series there, and raw times of separate "
            "machine starts drift by several %. The trend line (every recorded commit's time) opens the point's "
            "graph.</p>"]
     if not machines:
@@ -390,7 +422,7 @@ def render(machines: list[Machine], commit_url: str | None) -> str:
                     line += f' (<a href="{esc(url)}">diff</a>)'
             out.append(f'<p class="meta">{line}; {len(m.commits)} commits recorded. {esc(m.ceilings)}.</p>')
         if m.summary:
-            cls = "bad" if m.code else "ok" if "judged on" in m.summary and not m.summary.startswith("not") else "na"
+            cls = "bad" if m.code else "ok" if m.judged else "na"
             out.append(f'<p class="meta">Last commit, whole suite: <span class="{cls}" id="verdict-{esc(m.name)}">'
                        f"{esc(m.summary)}</span></p>")
         glance = _glance(m)

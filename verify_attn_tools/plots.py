@@ -479,7 +479,7 @@ PLOTS = {"roofline": plot_roofline, "speedup": plot_speedup, "peak_fraction": pl
 
 
 def write_index(out_dir: Path, figures: list[tuple[str, str, str]], skipped: list[str]) -> Path:
-    """A plain page: each figure with alt text and caption, what was not drawn, a way back."""
+    """A plain page: each figure with alt text and caption, what was not drawn, links back to the landing page and asv's grid."""
     esc = html.escape
     body = "".join(f'<figure><img src="{esc(f)}" alt="{esc(alt)}"><figcaption>{esc(cap)}</figcaption></figure>\n'
                    for f, alt, cap in figures) or "<p>No plots: no results to draw.</p>\n"
@@ -490,7 +490,7 @@ def write_index(out_dir: Path, figures: list[tuple[str, str, str]], skipped: lis
 <link rel="icon" href="data:,">
 <style>body{{font-family:sans-serif;max-width:1100px;margin:1em auto;padding:0 1em}}
 img{{max-width:100%;border:1px solid #ddd}} figure{{margin:2em 0}} figcaption{{color:#444}}</style></head>
-<body><p><a href="../index.html">&larr; asv benchmark site</a></p>
+<body><p><a href="../index.html">&larr; Latest results</a> &middot; <a href="../asv.html">All benchmarks (asv)</a></p>
 <h1>verify-attn: plots</h1>
 <p>Speedup = naive time / implementation time, measured side by side in the same process.
 Fraction of peak = roofline time / measured time, with the tree-aware cost model.</p>
