@@ -1,0 +1,40 @@
+"""The README's H200 tables are the recorded results of the commits it names (verify tables)."""
+
+import re
+from pathlib import Path
+
+from verify_attn_tools import tables
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def named_commits(readme: str) -> tuple[str, str | None]:
+    """The commit whose results the README's tables show ("... `results/nvidia-h200` of commit
+    X"), and the one whose tc / FlashMLA stands beside the serving steps ("| at Y |")."""
+    commit = re.search(r"`results/nvidia-h200` of commit (\w+)", readme)
+    assert commit, "the README names the commit its H200 tables come from"
+    before = re.search(r"\| at (\w+) \|", readme)
+    return commit.group(1), before.group(1) if before else None
+
+
+def test_the_readme_tables_are_the_recorded_results():
+    readme = (ROOT / "README.md").read_text()
+    commit, before = named_commits(readme)
+    for table in tables.tables(commit, before):
+        missing = [line for line in table.splitlines() if line not in readme]
+        assert not missing, f"README rows that are not {commit}'s recorded results:\n" + "\n".join(missing)
+        assert table in readme, f"the README's table {table.splitlines()[0]!r} is out of order against the results"
+
+
+def test_rows_in_numeric_order_and_a_missing_count_leaves_the_time_alone():
+    def series(metric, vals):
+        return (f"bench_verify_attn.Chain.{metric}", ("1", {k: (v, None, None) for k, v in vals.items()}))
+
+    t = {(64, 9, 2048, "tc"): 2e-5, (64, 9, 2048, "flashmla"): 4e-5, (64, 9, 2048, "torch"): 1e-4,
+         (64, 9, 2048, "flash"): 2e-4, (8, 9, 16384, "tc"): 3e-5, (8, 9, 16384, "flashmla"): 3e-5,
+         (8, 9, 16384, "torch"): 6e-5, (8, 9, 16384, "flash"): 3e-4}
+    data = dict([series("track_time", t), series("track_flops", {(64, 9, 2048, "tc"): 2e9}),
+                 series("track_time_vs_roofline", {(64, 9, 2048, "tc"): 4.0})])
+    rows = tables.chain(data).splitlines()
+    assert rows[2] == "| heads 8, q_len 9, prefix 16,384 | 0.03 | 0.3 | 0.06 | 0.03 | 1.00 | 2.0 |"
+    assert rows[3] == "| heads 64, q_len 9, prefix 2,048 | 0.02 (100, 25%) | 0.2 | 0.1 | 0.04 | 0.50 | 5.0 |"
