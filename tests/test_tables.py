@@ -38,3 +38,26 @@ def test_rows_in_numeric_order_and_a_missing_count_leaves_the_time_alone():
     rows = tables.chain(data).splitlines()
     assert rows[2] == "| heads 8, q_len 9, prefix 16,384 | 0.03 | 0.3 | 0.06 | 0.03 | 1.00 | 2.0 |"
     assert rows[3] == "| heads 64, q_len 9, prefix 2,048 | 0.02 (100, 25%) | 0.2 | 0.1 | 0.04 | 0.50 | 5.0 |"
+
+
+def test_the_readme_spread_table_is_spread_over_the_runs_it_names():
+    """The latest spread run's Quick table (tc / tc_mma / flash / naive, raw and x anchor) is
+    `spread` over the result files of the command the README shows above it."""
+    from verify_attn_tools import spread
+
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"python -m verify_attn spread (\S+) (\S+)\n\n\| Quick point", readme)
+    assert command, "the README shows the spread command above its Quick table"
+    files = sorted(f for pattern in command.groups() for f in ROOT.glob(pattern))
+    assert len(files) >= 2, command.groups()
+    rows = spread.spread([spread.medians(f)[1] for f in files], 0)
+    got = {(r["class"], r["combo"]): r for r in rows}
+    table = readme[command.end() - len("| Quick point"):].split("\n\n")[0].splitlines()[2:]
+    assert len(table) == 6
+    for line in table:
+        shape, raw, anchor = [c.strip() for c in line.strip("|").split("|")]
+        h, q, p = (int(x.replace(",", "")) for x in re.findall(r"[\d,]+", shape))
+        for series, cell in (("track_time", raw), ("track_time_vs_anchor", anchor)):
+            shown = [float(x) for x in re.findall(r"\d+\.\d+", cell)]
+            measured = [100 * got[("Quick", (h, q, p, impl))][series] for impl in ("tc", "tc_mma", "flash", "naive")]
+            assert all(abs(a - b) <= 0.0051 for a, b in zip(shown, measured, strict=True)), (line, series, measured)
