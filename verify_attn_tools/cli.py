@@ -25,6 +25,7 @@ VERBS = {
     "machine": "this box's asv machine name and the ceilings fractions of peak use",
     "spread": "how far one commit's series move between machine starts (exit 0 goals met, 1 not, 2 refused)",
     "ab": "a base commit's kernels against the checkout's, paired in one process (exit 0/1/2)",
+    "sass": "which kernels' machine code a change moved: BASE against the working tree, instruction by instruction (nvcc)",
     "tables": "the README's H200 tables (Chain, ServingChain, Serving) from one commit's recorded results",
     "artifacts": "check an unpacked results artifact (names, sizes, asv's JSON shape) before it is committed",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results, 4 a malformed results file)",
