@@ -1,5 +1,6 @@
 """sass: kernels' machine code compared between a revision and the working tree (nvcc, no GPU)."""
 
+import dataclasses
 import shutil
 import subprocess
 
@@ -58,3 +59,40 @@ def test_a_change_to_one_kernel_moves_that_kernel_alone(tmp_path, monkeypatch, c
 def test_an_unknown_revision_exits_2(capsys):
     assert sass.main(["no-such-revision"]) == 2
     assert "not a commit of this repository" in capsys.readouterr().err
+
+
+@needs_nvcc
+def test_ab_says_whether_a_slower_kernels_machine_code_moved(tmp_path, monkeypatch):
+    """ab's rows for kernels it finds slower: tc's sources unchanged in a clone whose flash.cu
+    changed -> tc identical, flash moved; the table and report's PR line say so, and the note
+    on copies' levels comes with an identical one."""
+    from verify_attn_tools import ab, report
+
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(sass.ROOT), str(clone)], check=True)
+    src = clone / "kernels" / "flash.cu"
+    src.write_text(src.read_text() + "\n__global__ void planted_kernel(float* p) { p[0] = 1.f; }\n")
+    monkeypatch.setattr(sass, "ROOT", clone)
+    monkeypatch.setattr(sass.build, "spec", lambda cuda=True: type("S", (), {"cuda_flags": ("-O3",)})())
+    real = ab.registry.get
+    quick = {"tc": dataclasses.replace(real("tc"), cuda_sources=("tc_mma.cu",))}  # one source: a quick compile
+    monkeypatch.setattr(ab.registry, "get", lambda name: quick.get(name) or real(name))
+    rows = [ab.Row("h64 q9 p2048", "tc", "slower", 1.0, 1.02, 1.02, 20, 20, 1e-6, iqr=(1.01, 1.03)),
+            ab.Row("h64 q9 p2048", "flash", "slower", 1.0, 1.02, 1.02, 20, 20, 1e-6, iqr=(1.01, 1.03)),
+            ab.Row("h64 q9 p2048", "naive", "same", 1.0, 1.0, 1.0, 10, 20, 1.0, iqr=(0.99, 1.01))]
+    ab.machine_code(rows, "HEAD", "sm_80")
+    assert [r.code for r in rows] == ["identical", "moved", ""]
+    table = ab.markdown(rows, "base", "head", "cuda", 1.01, [])
+    assert "slower (machine code identical)" in table and "slower (machine code moved)" in table
+    assert report.IDENTICAL_NOTE in table
+    line = report.ab_line({"point": "h64 q9 p2048", "impl": "tc", "status": "slower", "ratio": 1.02,
+                           "base_s": 1e-3, "head_s": 1.02e-3, "slower": 20, "pairs": 20, "code": "identical"}, {})
+    assert "(machine code identical)" in line
+
+
+def test_ab_compares_no_machine_code_on_a_cpu_run():
+    from verify_attn_tools import ab
+
+    rows = [ab.Row("h8 q9 p0", "flash", "slower", 1.0, 1.02, 1.02, 20, 20, 1e-6)]
+    ab.machine_code(rows, "HEAD", None)
+    assert rows[0].code == ""

@@ -30,7 +30,9 @@ new, untimed (asv continuous compares any two commits). Every pinned-path varian
 registry (tc_mma: tc's portable path) is a kernel here, in the gate and in the pairs, so a
 break confined to one path fails the check on a GPU whose best path is another.
 A change to the Python package alone (verify_attn/) is asv's to see: ab times both sides
-through it.
+through it. A kernel found slower on a GPU gets its sources compiled at both revisions
+(verify_attn_tools.sass): its status says whether its machine code moved, since identical code
+reading slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class Row:
     iqr: tuple | None = None       # (first, third) quartile of the pairs' head/base ratios: the spread
     clock_mhz: float | None = None # median SM clock over the pairs' samples (None: not read, a CPU)
     selection: str = "quick"       # the grid's selection the point belongs to (--points)
+    code: str = ""                 # a slower kernel's machine code in both builds: identical, moved ("": not compared)
 
 
 def judge(base: list[float], head: list[float], factor: float, alpha: float = ALPHA) -> tuple[str, float, int, float]:
@@ -155,7 +158,7 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
              points: tuple[str, ...] = ("quick",)) -> str:
     """The check's own table (its log; the pull request's comment is report's, from --json): the
     wording and columns of report's."""
-    from .report import AB_CLASS, change_words
+    from .report import AB_CLASS, CODE_WORDS, IDENTICAL_NOTE, change_words
 
     several = len(points) > 1
 
@@ -191,8 +194,31 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
         spread = f"{100 * (r.iqr[1] - r.iqr[0]) / r.ratio:.1f}%" if r.iqr else "-"
         lines.append(f"| {cell(where(r))} | {cell(r.impl)} | {r.base_s * 1e3:.4f} ms | {r.head_s * 1e3:.4f} ms | "
                      f"{change_words(r.ratio)} | {spread} | {r.slower}/{r.pairs} | {r.p:.2g} | "
-                     f"{'ok' if r.status == 'same' else r.status} |")
+                     f"{'ok' if r.status == 'same' else r.status}{CODE_WORDS.get(r.code, '')} |")
+    if any(r.code == "identical" for r in rows):
+        lines += ["", IDENTICAL_NOTE]
     return "\n".join(lines)
+
+
+def machine_code(rows: list[Row], base_sha: str, arch: str | None) -> None:
+    """Sets each slower GPU kernel's code: whether its sources compile to the same machine code
+    for arch (nvcc's -arch; None: a CPU run, nothing compared) at the base and here
+    (verify_attn_tools.sass, nvcc alone). Identical code that reads slower is the two loaded
+    copies' levels (docs/timing.md), which the table then says; the verdict stays the pairs'.
+    Not compared (one line says why) where nvcc cannot."""
+    slower = [r for r in rows if r.status == "slower" and registry.get(r.impl).cuda_sources]
+    if not slower or arch is None:
+        return
+    from . import sass
+
+    sources = sorted({s for r in slower for s in registry.get(r.impl).cuda_sources})
+    try:
+        moved = sass.moved_sources(base_sha, sources, arch)
+    except (Refusal, RuntimeError, OSError) as exc:
+        print(f"python -m verify_attn ab: machine code not compared: {exc}", file=sys.stderr)
+        return
+    for r in slower:
+        r.code = "moved" if any(moved[s] for s in registry.get(r.impl).cuda_sources) else "identical"
 
 
 def main(argv=None) -> int:
@@ -270,6 +296,12 @@ def run(args) -> int:
             for case, point in points:
                 for r in compare_point(case, point, sel_impls, timer, args.factor, args.pairs, args.seed):
                     rows.append(dataclasses.replace(r, selection=sel))
+    if dev == "cuda":
+        import torch
+
+        from .sass import arch_of
+
+        machine_code(rows, base_sha, arch_of(torch.cuda.get_device_capability()))
     text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, tuple(selections))
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")

@@ -461,6 +461,11 @@ def report_line(r: Row) -> str:
             f"{'-' if peak is None else f'{100 * peak:.3g}%'} | {STATUS[r.change]}{peer}{accepted} |")
 
 
+# What ab found of a slower kernel's machine code in both builds (its rows' "code").
+CODE_WORDS = {"identical": " (machine code identical)", "moved": " (machine code moved)"}
+IDENTICAL_NOTE = ("Machine code identical: that kernel compiles to the same instructions in both builds "
+                  "(`python -m verify_attn sass BASE`), so a slower reading is the level of two loaded copies of "
+                  "one kernel, not the change (docs/timing.md, \"Two copies of one kernel\").")
 # ab's --points and the asv class whose points they are (one name a point from ab to the graphs).
 AB_CLASS = {"quick": "Quick", "chain": "Chain", "serving": "Serving", "serving_chain": "ServingChain"}
 
@@ -486,7 +491,12 @@ def ab_line(r: dict, asv_rows: dict, cls: str = "Quick") -> str:
     return (f"| {cls} {cell(point)} | {cell(impl)} | {fmt_time(num(r.get('base_s')))} | "
             f"{fmt_time(num(r.get('head_s')))} | {change_words(ratio)} | {spread} | {evidence} | "
             f"{'-' if speed is None else f'{speed:.3g}x'} | {'-' if peak is None else f'{100 * peak:.3g}%'} | "
-            f"{AB_STATUS.get(status, cell(status))} |")
+            f"{AB_STATUS.get(status, cell(status))}{ab_code_words(r)} |")
+
+
+def ab_code_words(r: dict) -> str:
+    """What ab found of a slower kernel's machine code in both builds, if it compared it."""
+    return CODE_WORDS.get(r.get("code"), "") if r.get("status") == "slower" else ""
 
 
 def num(v) -> float | None:
@@ -632,6 +642,8 @@ def markdown(rows: list[Row], a: str, b: str, machine: str, factor: float, only_
     if ab is not None and ab.get("failed"):
         lines += ["The paired check's gate: the checkout fails named cases, nothing was timed: "
                   + ", ".join(map(cell, ab["failed"])) + ".", ""]
+    if ab is not None and any(r.get("status") == "slower" and r.get("code") == "identical" for r in ab_rows):
+        lines += [IDENTICAL_NOTE, ""]
     graphs = []
     if ab is not None:
         decide = [ab_line(r, by_point, ab_cls(r)) for r in ab_rows if r["status"] != "same"] + [report_line(r) for r in failed]

@@ -94,6 +94,26 @@ def kernels_at(rev: str, into: Path) -> Path:
     return into / "kernels"
 
 
+def moved_sources(rev: str, names: list[str], arch: str) -> dict[str, bool]:
+    """{source: whether any of its kernels' machine code differs} between rev and the working
+    tree, for the named kernel sources (`ab` asks this of the sources of a kernel it flags)."""
+    flags = build.spec(cuda=True).cuda_flags
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src = kernels_at(rev, Path(tmp) / "base")
+        head_src = ROOT / "kernels"
+        base = compile_dir(base_src, [n for n in names if (base_src / n).exists()], arch, flags, Path(tmp) / "b")
+        head = compile_dir(head_src, [n for n in names if (head_src / n).exists()], arch, flags, Path(tmp) / "h")
+    rows = compare(base, head)
+    return {n: any(r.verdict != "identical" for r in rows if r.source == n) or n not in base or n not in head
+            for n in names}
+
+
+def arch_of(capability: tuple[int, int]) -> str:
+    """nvcc's -arch for a compute capability, as the build targets it (9.0: sm_90a)."""
+    major, minor = capability
+    return f"sm_{major}{minor}" + ("a" if (major, minor) == (9, 0) else "")
+
+
 @dataclasses.dataclass
 class Row:
     source: str
