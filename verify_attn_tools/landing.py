@@ -275,8 +275,9 @@ def tally(counted: list) -> str:
     measured in both commits), those of them judged on the drift-free series, and raw only."""
     decided = sum(r.change not in ("new", "gone") for r in counted)
     raw = sum(r.change == "raw" for r in counted)
-    words = f"{decided} counted points, {sum(r.judged for r in counted)} of them judged on the drift-free series"
-    return words + (f"; {raw} raw only, not judged" if raw else "")
+    judged = report.judged_words(decided, sum(r.judged for r in counted))
+    return f"{decided} counted points{judged}{' on the drift-free series' if judged else ''}" + (
+        f"; {raw} raw only, not judged" if raw else "")
 
 
 def machine_page(results_dir: Path, name: str, benchmarks: dict) -> Machine:

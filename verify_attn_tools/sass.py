@@ -94,15 +94,25 @@ def kernels_at(rev: str, into: Path) -> Path:
     return into / "kernels"
 
 
+def code_at(rev: str, names: list[str] | None, arch: str) -> tuple[dict, dict]:
+    """({source: {kernel: code}} at rev, the same of the working tree) for the named kernel
+    sources (None: every .cu of either); each side compiles the ones it has."""
+    flags = build.spec(cuda=True).cuda_flags
+    head_src = ROOT / "kernels"
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src = kernels_at(rev, Path(tmp) / "base")
+        names = names or sorted({f.name for d in (base_src, head_src) for f in d.glob("*.cu")})
+        unknown = [n for n in names if not (base_src / n).exists() and not (head_src / n).exists()]
+        if unknown:
+            raise Refusal(f"no such kernel source at either revision: {', '.join(unknown)}")
+        return tuple(compile_dir(src, [n for n in names if (src / n).exists()], arch, flags, Path(tmp) / tag)
+                     for src, tag in ((base_src, "b"), (head_src, "h")))
+
+
 def moved_sources(rev: str, names: list[str], arch: str) -> dict[str, bool]:
     """{source: whether any of its kernels' machine code differs} between rev and the working
     tree, for the named kernel sources (`ab` asks this of the sources of a kernel it flags)."""
-    flags = build.spec(cuda=True).cuda_flags
-    with tempfile.TemporaryDirectory() as tmp:
-        base_src = kernels_at(rev, Path(tmp) / "base")
-        head_src = ROOT / "kernels"
-        base = compile_dir(base_src, [n for n in names if (base_src / n).exists()], arch, flags, Path(tmp) / "b")
-        head = compile_dir(head_src, [n for n in names if (head_src / n).exists()], arch, flags, Path(tmp) / "h")
+    base, head = code_at(rev, names, arch)
     rows = compare(base, head)
     return {n: any(r.verdict != "identical" for r in rows if r.source == n) or n not in base or n not in head
             for n in names}
@@ -165,24 +175,11 @@ def main(argv=None) -> int:
     except revision.RevisionError:
         print(f"python -m verify_attn sass: {args.base!r} is not a commit of this repository", file=sys.stderr)
         return 2
-    flags = build.spec(cuda=True).cuda_flags
-    head_src = ROOT / "kernels"
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            base_src = kernels_at(sha, Path(tmp) / "base")
-        except Refusal as exc:
-            print(f"python -m verify_attn sass: {exc}", file=sys.stderr)
-            return 2
-        names = args.sources or sorted({f.name for d in (base_src, head_src) for f in d.glob("*.cu")})
-        unknown = [n for n in names if not (base_src / n).exists() and not (head_src / n).exists()]
-        if unknown:
-            p.error(f"--sources: no such kernel source at either revision: {', '.join(unknown)}")
-        try:
-            base = compile_dir(base_src, [n for n in names if (base_src / n).exists()], args.arch, flags, Path(tmp) / "b")
-            head = compile_dir(head_src, [n for n in names if (head_src / n).exists()], args.arch, flags, Path(tmp) / "h")
-        except Refusal as exc:
-            print(f"python -m verify_attn sass: {exc}", file=sys.stderr)
-            return 2
+    try:
+        base, head = code_at(sha, args.sources, args.arch)
+    except Refusal as exc:
+        print(f"python -m verify_attn sass: {exc}", file=sys.stderr)
+        return 2
     rows = compare(base, head)
     print(markdown(rows, sha[:8], args.arch))
     if args.json:
