@@ -127,6 +127,7 @@ def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = {(r["impl"], r["point"]): r for r in result["rows"]}
     assert set(rows) == {(i, f"h8 q9 p{p}") for i in ("naive", "flash") for p in (0, 2048)}
+    assert all(r["plan_moved"] is False for r in rows.values())  # CPU ops have no launch plan
     for p in (0, 2048):
         r = rows[("flash", f"h8 q9 p{p}")]
         assert r["status"] == "slower" and r["ratio"] > 1.2 and r["pairs"] >= 10, r

@@ -96,3 +96,20 @@ def test_ab_compares_no_machine_code_on_a_cpu_run():
     rows = [ab.Row("h8 q9 p0", "flash", "slower", 1.0, 1.02, 1.02, 20, 20, 1e-6)]
     ab.machine_code(rows, "HEAD", None)
     assert rows[0].code == ""
+
+
+def test_a_slower_kernel_whose_launch_plan_changed_is_not_called_identical(monkeypatch):
+    """A change to the host code alone (the plan picks another path or split) leaves every
+    kernel's instructions identical while another kernel runs at the point: ab says the plan
+    changed, compiles nothing for it, and does not add the two-copies note."""
+    from verify_attn_tools import ab, report
+
+    monkeypatch.setattr(sass, "moved_sources", lambda *a: pytest.fail("nothing to compile: the plan moved"))
+    rows = [ab.Row("h8 q9 p16384", "tc", "slower", 1.0, 1.03, 1.03, 20, 20, 1e-6, iqr=(1.02, 1.04), plan_moved=True)]
+    ab.machine_code(rows, "HEAD", "sm_90a")
+    assert rows[0].code == "plan"
+    table = ab.markdown(rows, "base", "head", "cuda", 1.01, [])
+    assert "slower (launch plan changed)" in table and report.IDENTICAL_NOTE not in table
+    line = report.ab_line({"point": "h8 q9 p16384", "impl": "tc", "status": "slower", "ratio": 1.03,
+                           "base_s": 1e-3, "head_s": 1.03e-3, "slower": 20, "pairs": 20, "code": "plan"}, {})
+    assert "(launch plan changed)" in line

@@ -31,8 +31,9 @@ registry (tc_mma: tc's portable path) is a kernel here, in the gate and in the p
 break confined to one path fails the check on a GPU whose best path is another.
 A change to the Python package alone (verify_attn/) is asv's to see: ab times both sides
 through it. A kernel found slower on a GPU gets its sources compiled at both revisions
-(verify_attn_tools.sass): its status says whether its machine code moved, since identical code
-reading slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
+(verify_attn_tools.sass): its status says whether its machine code moved, or that the two
+builds' launch plans differ at that point, since identical code under the same plan reading
+slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ import traceback
 from pathlib import Path
 
 from verify_attn import build, cases, ops, parity, registry, revision, suite
-from verify_attn.candidate import Candidate, check, of, prepare, reference_of
+from verify_attn.candidate import Candidate, check, of, plan, prepare, reference_of
 from verify_attn.measure import input_sets
 
 from . import ROOT
@@ -91,7 +92,9 @@ class Row:
     iqr: tuple | None = None       # (first, third) quartile of the pairs' head/base ratios: the spread
     clock_mhz: float | None = None # median SM clock over the pairs' samples (None: not read, a CPU)
     selection: str = "quick"       # the grid's selection the point belongs to (--points)
-    code: str = ""                 # a slower kernel's machine code in both builds: identical, moved ("": not compared)
+    code: str = ""                 # a slower kernel in both builds: identical or moved machine code, or
+                                   # plan (its launch plan differs here); "": not compared
+    plan_moved: bool = False       # the two builds' launch plans differ at this point (another path, split, tile)
 
 
 def judge(base: list[float], head: list[float], factor: float, alpha: float = ALPHA) -> tuple[str, float, int, float]:
@@ -149,7 +152,8 @@ def compare_point(case: cases.Case, point: str, impls: list[str], timer, factor:
         clocks = [t.sm_clock_mhz for t in (*one.values(), *two.values()) if t.sm_clock_mhz]
         rows.append(Row(point, head.impl, status, statistics.median(b), statistics.median(h), ratio, slower, len(b), p,
                         iqr=quartiles([y / x for x, y in zip(b, h)]),
-                        clock_mhz=statistics.median(clocks) if clocks else None))
+                        clock_mhz=statistics.median(clocks) if clocks else None,
+                        plan_moved=plan(base, first) != plan(head, first)))
     del ref
     return rows
 
@@ -201,13 +205,20 @@ def markdown(rows: list[Row], base: str, head: str, device: str, factor: float, 
 
 
 def machine_code(rows: list[Row], base_sha: str, arch: str | None) -> None:
-    """Sets each slower GPU kernel's code: whether its sources compile to the same machine code
-    for arch (nvcc's -arch; None: a CPU run, nothing compared) at the base and here
-    (verify_attn_tools.sass, nvcc alone). Identical code that reads slower is the two loaded
-    copies' levels (docs/timing.md), which the table then says; the verdict stays the pairs'.
-    Not compared (one line says why) where nvcc cannot."""
+    """Sets each slower GPU kernel's code: "plan" where the two builds' launch plans differ at its
+    point (the host code chose another path, split or tile: the kernel that ran is not the same),
+    else whether its sources compile to the same machine code for arch (nvcc's -arch; None: a
+    CPU run, nothing compared) at the base and here (verify_attn_tools.sass, nvcc alone).
+    Identical code under the same plan that reads slower is the two loaded copies' levels
+    (docs/timing.md), which the table then says; the verdict stays the pairs'. Not compared
+    (one line says why) where nvcc cannot."""
     slower = [r for r in rows if r.status == "slower" and registry.get(r.impl).cuda_sources]
     if not slower or arch is None:
+        return
+    for r in slower:
+        r.code = "plan" if r.plan_moved else ""
+    slower = [r for r in slower if not r.plan_moved]
+    if not slower:
         return
     from . import sass
 

@@ -462,9 +462,11 @@ def report_line(r: Row) -> str:
 
 
 # What ab found of a slower kernel's machine code in both builds (its rows' "code").
-CODE_WORDS = {"identical": " (machine code identical)", "moved": " (machine code moved)"}
+CODE_WORDS = {"identical": " (machine code identical)", "moved": " (machine code moved)",
+              "plan": " (launch plan changed)"}
 IDENTICAL_NOTE = ("Machine code identical: that kernel compiles to the same instructions in both builds "
-                  "(`python -m verify_attn sass BASE`), so a slower reading is the level of two loaded copies of "
+                  "(`python -m verify_attn sass BASE`) and both take the same launch plan there, so a slower "
+                  "reading is the level of two loaded copies of "
                   "one kernel, not the change (docs/timing.md, \"Two copies of one kernel\").")
 # ab's --points and the asv class whose points they are (one name a point from ab to the graphs).
 AB_CLASS = {"quick": "Quick", "chain": "Chain", "serving": "Serving", "serving_chain": "ServingChain"}
