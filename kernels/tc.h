@@ -12,15 +12,18 @@
 //                      producer warpgroup (mbarriers) and two consumer warpgroups on
 //                      alternate tiles, so one's softmax overlaps the other's MMAs; and
 //                      tc_attn_ws_deal, the same over a ragged batch's dealt tiles
+//   tc_wgmma_tma.cu    tc_attn_ws's two consumers alone (sm_90a): tc_attn_tma, each refilling
+//                      by TMA what it frees (one element, a contiguous cache)
 //   tc_merge.h         the log-sum-exp merge of split partials, one kernel for every path
 //   tc_host.h          the host pieces the .cu files share, the paths' launchers
 //   tc.cu              the plan (the path and tile chosen once, recorded in Plan::path), the
 //                      launch through the path's launcher, the merge
 //
-// Four paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
+// Five paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
 // every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
 // with the query rows on wgmma's M, which is 64: tc_attn_ws (a producer warpgroup, two
-// consumers on alternate tiles) and, where every element's keys fit in two tiles,
+// consumers on alternate tiles; for one element with a contiguous cache tc_attn_tma, the
+// consumers alone) and, where every element's keys fit in two tiles,
 // tc_attn_wg (both warpgroups in one phase). tc_attn_wgt, the keys on M and the rows on N
 // (S^T = K Q^T, O^T = V^T P^T: no padding of groups <= 48 rows), measured slower than
 // tc_attn_wg where it was meant to win, runs only when pinned. All share the rows, the

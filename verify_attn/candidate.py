@@ -47,8 +47,9 @@ class Candidate:
         entry = registry.get(self.impl)
         chain = all(is_chain(p) for p in inputs.parent.tolist())
         paged = inputs.kv_indices is not None
+        batch, q_len = inputs.q.shape[:2]
         reason = (ops.unsupported(self.impl, inputs.q.device.type)
-                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1]))
+                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1], batch, q_len))
         if reason is None and self.ns != NS and (entry.runner or not hasattr(getattr(torch.ops, self.ns), self.impl)):
             reason = f"the build in namespace {self.ns} has no op {self.impl}"
         return reason
