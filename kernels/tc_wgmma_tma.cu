@@ -5,7 +5,8 @@
 // busy per tile with 12 warps an SM where FlashMLA has 8, and every refill went through the
 // producer's wake-up on an `empty` mbarrier (docs/flashmla_mainloop.md). Here the two consumer
 // warpgroups of tc_attn_ws (the pair schedule, the softmax, P over the rope plane, the named
-// barriers: tc_wgmma_ws.h) run alone, 256 threads, and each loads what it frees:
+// barriers: tc_wgmma_ws.h; the loop is tc_attn_ws_deal's consume_tiles) run alone, 256
+// threads, and each loads what it frees:
 //
 //   Refill by the last reader. After its S a consumer reads only planes_of(w, s) of a stage
 //   (tc_wgmma_ws.h, "Early refill"), and it is their last reader, so the moment its wgmma wait
@@ -49,6 +50,19 @@ __device__ __forceinline__ void load_half(const CUtensorMap* map, uint32_t stage
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(full), "n"(kBytes) : "memory");
   tma_half(map, stage, full, row0, W, S);
 }
+// consume_tiles' release (tc_wgmma_ws.h): warpgroup W is done with stage S (tile j), so its
+// thread 0 (issuer) loads planes_of(W, S) of tile j + 2 there, if the range has it.
+struct Refill {
+  const CUtensorMap* map;
+  const Stages& st;
+  bool issuer;
+  int ntiles, row_lo;  // row_lo: the element's first cache row
+  const Block& bk;
+  template <int W, int S>
+  __device__ __forceinline__ void done(int j) const {
+    if (issuer && j + 2 < ntiles) load_half<W, S>(map, st.stage(S), st.full0 + 8 * S, row_lo + bk.tile_t0(j + 2));
+  }
+};
 }  // namespace tma
 #endif
 
@@ -64,14 +78,9 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p,
   Work wk;
   if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
   Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
-  bk.key_lo = wk.key_lo;
-  bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
+  bk.set_rows(p, a);
   const int P = element_prefix(p, wk.b);
-  bk.mask_from = min(P, wk.key_hi);
+  bk.set_range(wk, P);
   const int ntiles = bk.ntiles;
   int nmasked = 0;  // the masked tiles are the first ones
   while (nmasked < 2 && nmasked < ntiles && bk.tile_masked(nmasked)) ++nmasked;
@@ -134,15 +143,7 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p,
     const int ntok = (bk.R0 + bk.rows_valid - 1) / p.heads - bk.i_lo + 1;
     TreeWalk walk(tid < ntok ? bk.i_lo + tid : -1);
     for (int j = 0; j < nmasked; ++j) {  // in order: the walk resumes from tile to tile
-      uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + j * kTileBytes);
-      for (int c = tid; c < N * kChunks; c += kConsumerThreads) {
-        uint4 v = rows[c];
-        const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-        if (bad) {
-          rows[c] = v;
-          atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[j]), 1ull << ((c >> 3) & (N - 1)));
-        }
-      }
+      wg::zero_nonfinite_tile<kConsumerThreads>(smem + kOffKV + j * kTileBytes, s_bad, j, tid);
       if (tid < ntok)
         s_mask[j * kRows + tid] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
     }
@@ -152,99 +153,20 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p,
       for (int j = 0; j < nmasked; ++j) mbar_arrive(full0 + 8 * j), mbar_arrive(full0 + 8 * j);
   }
 
-  // ---- The pairs: tc_attn_ws's consumers, each refilling what it frees ----------------------
+  // ---- The pairs: tc_attn_ws's consumers (consume_tiles), each refilling what it frees ----
   const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
   const int g = lane >> 2, t4 = lane & 3;
-  const bool issuer = (tid & 127) == 0;    // thread 0 of its warpgroup
-  float* s_m = reinterpret_cast<float*>(smem + kOffM);
-  float* s_sc = reinterpret_cast<float*>(smem + kOffSc);
-  float* s_l = reinterpret_cast<float*>(smem + kOffL);
-  const float qk_scale = p.scale * kLog2e;
-  const uint64_t dq = desc(sQ, 16, 1024);
-  const uint32_t sP0 = stage(0) + 8 * kPlane, sP1 = stage(1) + 8 * kPlane;  // P over each stage's rope plane
+  const Stages st{full0, 0, 0, sbase + kOffKV, abort};  // no empty barriers
+  const ConsumerSmem cs{s_mask, s_bad, reinterpret_cast<float*>(smem + kOffM), reinterpret_cast<float*>(smem + kOffSc)};
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
-
-  for (int k = 0; 2 * k < ntiles; ++k) {
-    const uint32_t par = k & 1;  // tiles 2k, 2k + 1 are use k of stages 0, 1
-    const bool has_b = 2 * k + 1 < ntiles;
-    const bool next_a = 2 * k + 2 < ntiles, next_b = 2 * k + 3 < ntiles;
-    float s[32], mn[2], sc[2], sum[2];
-    uint32_t pa[16];
-    if (w == 0) {
-      // Tile a: S, softmax from the chain's maximum, P posted, PV from registers.
-      mbar_wait(full0, par, abort);
-      fence_smem();
-      issue_qk<64>(s, dq, desc(stage(0), 16, 1024));  // S of the whole tile
-      wait_all();
-      pin(s);
-      if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
-      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, s_mask, s_bad, qk_scale, sP0, 0, wq, g, t4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        if (t4 == 0) s_m[r] = mn[h], s_sc[r] = sc[h];
-        l_run[h] = l_run[h] * sc[h] + sum[h];
-        m_run[h] = mn[h];
-      }
-      fence_smem();
-      bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
-      rescale(o, sc);
-      issue_pv_rs(o, pa, stage(0), 0);
-      wait_all();
-      pin(o);
-      if (issuer && next_a) load_half<0, 0>(map, stage(0), full0, row0_of(2 * k + 2));  // V_a[:, 0:256] read
-      if (has_b) {
-        // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
-        issue_peer_pv<kBarP1>(o, m_run, l_run, sc, s_m + kRows, s_sc + kRows, full0 + 8, par, abort, sP1, stage(1), 0,
-                              wq, g);
-        wait_all();
-        pin(o);
-        if (issuer && next_b) load_half<0, 1>(map, stage(1), full0 + 8, row0_of(2 * k + 3));  // V_b[:, 0:256], P_b read
-      }
-    } else if (has_b) {
-      // S of tile b once S of tile a is done (tc_attn_ws: the two do not share the tensor cores).
-      bar_sync<kBarS0, kConsumerThreads>();
-      mbar_wait(full0 + 8, par, abort);
-      fence_smem();
-      issue_qk<64>(s, dq, desc(stage(1), 16, 1024));
-      // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
-      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
-      // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
-      wait_one();
-      pin(s);
-      softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k + 1, s_mask + kRows, s_bad + 1, qk_scale, sP1, 1, wq, g, t4);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int r = 16 * wq + g + 8 * h;
-        if (t4 == 0) s_m[kRows + r] = mn[h], s_sc[kRows + r] = sc[h];
-      }
-      fence_smem();
-      bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
-      wait_all();
-      pin(o);
-      if (issuer && next_a) load_half<1, 0>(map, stage(0), full0, row0_of(2 * k + 2));  // V_a[:, 256:512], P_a read
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        l_run[h] = l_run[h] * sc[h] + sum[h];
-        m_run[h] = mn[h];
-      }
-      rescale(o, sc);
-      issue_pv_rs(o, pa, stage(1), 1);
-      wait_all();
-      pin(o);
-      if (issuer && next_b) load_half<1, 1>(map, stage(1), full0 + 8, row0_of(2 * k + 3));  // V_b[:, 256:512] read
-    } else {
-      // The last tile of an odd count is WG0's: only its P_a applied to these columns.
-      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, s_m, s_sc, full0, par, abort, sP0, stage(0), 1, wq, g);
-      wait_all();
-      pin(o);
-    }
-  }
+  consume_tiles(o, m_run, l_run, bk, 0, st, cs, desc(sQ, 16, 1024), p.scale * kLog2e, w, wq, g, t4,
+                tma::Refill{map, st, (tid & 127) == 0, ntiles, wk.b * p.kv_cols, bk});
 
   // Row sums over the quad and the two warpgroups (both hold the same final maximum).
+  float* s_l = reinterpret_cast<float*>(smem + kOffL);
   post_row_sums(s_l, l_run, w, wq, g, t4);
   bar_sync<kBarEnd, kConsumerThreads>();
   store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);  // abort: a wait timed out

@@ -34,10 +34,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   Work wk;
   if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
   Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
+  bk.set_rows(p, a);
   bk.key_lo = wk.key_lo;
   bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
   const int P = element_prefix(p, wk.b);
@@ -141,15 +138,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         if (pt == 0) s_bad[s] = 0;
         cp_async_wait_every();
         bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
-        uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
-        for (int c = pt; c < N * kChunks; c += 128) {
-          uint4 v = rows[c];
-          const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-          if (bad) {
-            rows[c] = v;
-            atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
-          }
-        }
+        wg::zero_nonfinite_tile<128>(smem + kOffKV + s * kTileBytes, s_bad, s, pt);
         if (pt < ntok)
           s_mask[s * kRows + pt] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
         fence_smem();  // the zeroed values, for wgmma's reads
@@ -283,10 +272,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
   deal_block(p, a, N, info, warp, d);
   if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
   Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
+  bk.set_rows(p, a);
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
   uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
   const Stages st{sbase + kOffFull, sbase + kOffEmpty, sbase + kOffEmpty1, sbase + kOffKV,
@@ -414,7 +400,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4);
+    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4, ReleaseToProducer{st});
 
     // Row sums over the quad and the two warpgroups (both hold the same final maximum), in the
     // piece's s_l buffer: the other warpgroup may still read the previous piece's after the

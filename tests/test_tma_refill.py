@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sync_model import Mbar, NamedBarriers, run, wait, wait_phase
+from sync_model import Mbar, NamedBarriers, Smem, consumers, run, wait
 from test_refill import planes_of
 
 
@@ -37,81 +37,19 @@ def simulate(blk, rng, scheme=Scheme()):
     T = blk.T
     full = [Mbar(scheme.full_count, "full[0]"), Mbar(scheme.full_count, "full[1]")]
     bars = NamedBarriers()
-    content, readers, inflight = {}, {}, {}
-    ops, seq, early = [], [0], [0]
     started = [False] * T  # threads done with the start
-
-    def key(k):
-        content.setdefault(k, [None] * T)
-        readers.setdefault(k, [])
-        inflight.setdefault(k, 0)
-        return k
-
-    def read_begin(who, k, want):
-        key(k)
-        assert inflight[k] == 0, f"{who} reads {k} while a write to it is in flight"
-        assert all(v == want for v in content[k]), f"{who} reads {k}: {content[k]}, meant {want}"
-        readers[k].append(who)
-
-    def read_end(who, k, want):
-        assert all(v == want for v in content[k]), f"{k} changed under {who}: {content[k]}, meant {want}"
-        readers[k].remove(who)
-
-    def reads(who, ks, want):
-        for k in ks:
-            read_begin(who, k, want)
-        yield
-        for k in ks:
-            read_end(who, k, want)
-
-    def write_issue(who, k):
-        key(k)
-        assert not readers[k], f"{who} writes {k} while {readers[k]} read it"
-        inflight[k] += 1
-
-    def write_land(k, slices, value):
-        assert not readers[k], f"a write lands in {k} while {readers[k]} read it"
-        inflight[k] -= 1
-        for i in slices:
-            content[k][i] = value
-
-    def op(**kw):
-        seq[0] += 1
-        ops.append(dict(kw, seq=seq[0]))
+    m = Smem(T, rng)  # the planes, masks and Q; the copies in flight
+    key, generic_write, readers, inflight, content = m.key, m.generic_write, m.readers, m.inflight, m.content
 
     def cp_async(t, k, value):
-        write_issue(f"thread {t} cp.async", k)
-        op(cp=t, key=k, slices=[t], value=value)
-
-    def tma(who, k, value, bar, use):
-        write_issue(f"{who} TMA", k)
-        early[0] += any(readers.get((k[0], p)) for p in range(9))
-        op(cp=None, key=k, slices=range(T), value=value, bar=bar, use=use)
-
-    def cp_pending(t):
-        return any(o["cp"] == t for o in ops)
-
-    def engine():  # lands one issued copy at a time, in any order
-        while True:
-            if ops:
-                o = rng.choice(ops)
-                ops.remove(o)
-                write_land(o["key"], o["slices"], o["value"])
-                if o.get("bar"):
-                    o["bar"].complete_tx(1, o["use"])
-            yield
-
-    def generic_write(who, k, slices, value):
-        write_issue(who, k)
-        yield
-        write_land(k, slices, value)
+        m.cp_async(f"thread {t} cp.async", t, k, value)
 
     def load_half(who, w, s, j):
         """planes_of(w, s) of tile j into stage s: the issuer's arrive.expect_tx, then its boxes."""
         planes, u = scheme.planes_of(w, s), j >> 1
         full[s].arrive(u, expect_tx=len(planes))
         for p in planes:
-            tma(who, (s, p), j, full[s], u)
+            m.tma(f"{who} TMA", (s, p), j, full[s], u)
             yield
 
     def masked(j):
@@ -131,7 +69,7 @@ def simulate(blk, rng, scheme=Scheme()):
             for p in range(9):
                 cp_async(t, (j, p), j)
                 yield
-        yield from wait(lambda: not cp_pending(t))  # cp.async.wait_all
+        yield from wait(lambda: not m.cp_pending(t))  # cp.async.wait_all
         yield from bars.bar("B", t, True, T)
         if blk.nmasked:
             for j in range(blk.nmasked):
@@ -154,92 +92,22 @@ def simulate(blk, rng, scheme=Scheme()):
         stand for its 128; with the barrier after the cleaning, every thread is)."""
         return all(started) if scheme.sync_after_clean else all(started[t] for t in range(w, T, 2))
 
-    Q = [("q", p) for p in range(9)]
+    def release(w, s, j):  # warpgroup w's thread 0 refills what it freed
+        if j + 2 < blk.ntiles and (scheme.refill_after_pv or (w, s) != (1, 0)):
+            yield from load_half(f"WG{w}", w, s, j + 2)
 
-    def stage(s, planes):
-        return [(s, p) for p in planes]
+    def refill_after_s_b(a):  # the mutant: WG1 refills stage 0 once its S_b is done
+        if not scheme.refill_after_pv and a + 2 < blk.ntiles:
+            yield from load_half("WG1", 1, 0, a + 2)
 
-    def softmax(who, s, j):
-        if masked(j):
-            yield from reads(who, [(s, "mask")], j)
+    def start_pairs(w):
+        yield from wait(lambda: ready(w))
 
-    def wg0():
-        yield from wait(lambda: ready(0))
-        n = blk.ntiles
-        for k in range((n + 1) // 2):
-            a, b = 2 * k, 2 * k + 1
-            has_b = b < n
-            yield from wait_phase(full[0], k)
-            yield from reads("WG0 S_a", Q, "Q")
-            yield from reads("WG0 S_a", stage(0, range(9)), a)
-            if has_b:
-                yield from bars.bar("S0", 0, False)
-            yield from softmax("WG0 softmax_a", 0, a)
-            yield from generic_write("WG0 P_a", (0, 8), range(T), ("P", a))
-            yield from bars.bar("P0", 0, False)
-            yield from reads("WG0 PV_a", stage(0, range(4)), a)
-            if a + 2 < n:
-                yield from load_half("WG0", 0, 0, a + 2)
-            if has_b:
-                yield from bars.bar("P1", 0, True)
-                yield from wait_phase(full[1], k)
-                read_begin("WG0 PV_b", (1, 8), ("P", b))
-                yield from reads("WG0 PV_b", stage(1, range(4)), b)
-                read_end("WG0 PV_b", (1, 8), ("P", b))
-                if b + 2 < n:
-                    yield from load_half("WG0", 0, 1, b + 2)
-        yield from bars.bar("End", 0, True)
-
-    def wg1():
-        yield from wait(lambda: ready(1))
-        n = blk.ntiles
-        for k in range((n + 1) // 2):
-            a, b = 2 * k, 2 * k + 1
-            if b < n:
-                yield from bars.bar("S0", 1, True)
-                yield from wait_phase(full[1], k)
-                s_b = Q + stage(1, range(9))
-                for kk in s_b[:9]:
-                    read_begin("WG1 S_b", kk, "Q")
-                for kk in s_b[9:]:
-                    read_begin("WG1 S_b", kk, b)
-                yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
-                pv_a = stage(0, range(4, 8)) + [(0, 8)]
-                for kk in pv_a[:4]:
-                    read_begin("WG1 PV_a", kk, a)
-                read_begin("WG1 PV_a", (0, 8), ("P", a))
-                yield
-                for kk in s_b[:9]:  # S_b done (wait_one), PV_a in flight
-                    read_end("WG1 S_b", kk, "Q")
-                for kk in s_b[9:]:
-                    read_end("WG1 S_b", kk, b)
-                if not scheme.refill_after_pv and a + 2 < n:
-                    yield from load_half("WG1", 1, 0, a + 2)
-                yield from softmax("WG1 softmax_b", 1, b)
-                yield from generic_write("WG1 P_b", (1, 8), range(T), ("P", b))
-                yield from bars.bar("P1", 1, False)
-                yield
-                for kk in pv_a[:4]:
-                    read_end("WG1 PV_a", kk, a)
-                read_end("WG1 PV_a", (0, 8), ("P", a))
-                if scheme.refill_after_pv and a + 2 < n:
-                    yield from load_half("WG1", 1, 0, a + 2)
-                yield from reads("WG1 PV_b", stage(1, range(4, 8)), b)
-                if b + 2 < n:
-                    yield from load_half("WG1", 1, 1, b + 2)
-            else:
-                yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
-                read_begin("WG1 PV_a", (0, 8), ("P", a))
-                yield from reads("WG1 PV_a", stage(0, range(4, 8)), a)
-                read_end("WG1 PV_a", (0, 8), ("P", a))
-        yield from bars.bar("End", 1, True)
-
-    run([start(t) for t in range(T)] + [wg0(), wg1()], rng, background=[engine()])
+    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, start_pairs, refill_after_s_b)
+    run([start(t) for t in range(T)] + [wg0, wg1], rng, background=[m.engine()])
     assert [f.phase for f in full] == [(blk.ntiles + 1 - s) // 2 for s in (0, 1)]
-    assert not ops
-    return early[0]
+    assert not m.ops
+    return m.early
 
 
 def blocks(rng):
