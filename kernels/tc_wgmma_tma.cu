@@ -66,7 +66,8 @@ struct Refill {
 }  // namespace tma
 #endif
 
-__global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p, TcArgs a, const __grid_constant__ KvMap kvm) {
+__global__ void __launch_bounds__(ws::kConsumerThreads, 1)
+    tc_attn_tma(Params p, TcArgs a, const __grid_constant__ KvMap kvm) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace ws;
   using tma::load_half;
@@ -145,7 +146,8 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p,
     for (int j = 0; j < nmasked; ++j) {  // in order: the walk resumes from tile to tile
       wg::zero_nonfinite_tile<kConsumerThreads>(smem + kOffKV + j * kTileBytes, s_bad, j, tid);
       if (tid < ntok)
-        s_mask[j * kRows + tid] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
+        s_mask[j * kRows + tid] =
+            walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
     }
     fence_smem();     // the zeroed values, for wgmma's reads
     __syncthreads();  // cleaned and masked
@@ -169,7 +171,8 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1) tc_attn_tma(Params p,
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
   post_row_sums(s_l, l_run, w, wq, g, t4);
   bar_sync<kBarEnd, kConsumerThreads>();
-  store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);  // abort: a wait timed out
+  // abort: a wait timed out
+  store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);
 #else
   __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
 #endif
