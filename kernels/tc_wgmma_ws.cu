@@ -47,16 +47,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const uint32_t sQ = sbase + kOffQ;
   volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
   auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
-  if (tid == 0) {
-    mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
-    mbar_init(full0 + 8, 128);
-    mbar_init(empty0, 128);  // WG0's threads, once each is done with the stage's tile
-    mbar_init(empty0 + 8, 128);
-    mbar_init(empty1, 128);  // WG1's
-    mbar_init(empty1 + 8, 128);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    *abort = 0;
-  }
+  if (tid == 0) init_stages(Stages{full0, empty0, empty1, sbase + kOffKV, abort});
   __syncthreads();  // the mbarriers initialised; the last block-wide barrier
 
   if (warp >= 8) {
@@ -339,8 +330,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       // every earlier cp.async of the thread).
       if (ntiles > 0) {
         if (ph & 4) {  // both consumers' releases
-          mbar_wait(st.empty0, (ph & 1) ^ 1, st.abort);
-          mbar_wait(st.empty1, (ph & 1) ^ 1, st.abort);
+          st.wait_released(0, (ph & 1) ^ 1);
         }
         int64_t qrow[4];
 #pragma unroll
@@ -361,8 +351,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       for (int j = 0; j < pc[kPcTiles]; ++j) {
         const int s = j & 1;
         if (j >= 2 || (j == 1 && (ph & 8))) {  // the stage's previous use released by both consumers
-          mbar_wait(st.empty0 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
-          mbar_wait(st.empty1 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
+          st.wait_released(s, ((ph >> s) ^ (j >> 1) ^ 1) & 1);
         }
         load_rows(st.stage(s), row, p.kv, rg, x);
         if (j + 1 < pc[kPcTiles]) rows_of(j + 1, row);  // the next tile's offsets while this one lands

@@ -396,6 +396,11 @@ struct Stages {
   uint32_t kv0;            // stage s's planes: + s kTileBytes
   volatile uint32_t* abort;
   __device__ uint32_t stage(int s) const { return kv0 + s * kTileBytes; }
+  // The phase of parity `parity` of stage s released by both consumers.
+  __device__ void wait_released(int s, uint32_t parity) const {
+    mbar_wait(empty0 + 8 * s, parity, abort);
+    mbar_wait(empty1 + 8 * s, parity, abort);
+  }
 };
 
 // Producer: row rg + 16 i of a 64-row plane set at dst, 9 x 16 bytes (its chunk x of each
