@@ -113,9 +113,10 @@ struct TcArgs {
   int2* meta;      // batch: (first slot, splits) of each element
 };
 
-// tc_attn_ws's third argument: on a contiguous cache, kv as a [pool_rows, 576] bf16 tensor, boxes
-// of 64 dims x 64 rows in the planes' 128-byte swizzle, so that a prefix tile is nine TMA copies
-// (a __grid_constant__ argument: the TMA unit reads it in place). on 0: every tile by cp.async.
+// tc_attn_ws's and tc_attn_tma's third argument: on a contiguous cache, kv as a [pool_rows,
+// 576] bf16 tensor, boxes of 64 dims x 64 rows in the planes' 128-byte swizzle, so that a
+// prefix tile is nine TMA copies (a __grid_constant__ argument: the TMA unit reads it in
+// place). on 0: every tile by cp.async.
 struct KvMap {
   CUtensorMap map;
   int on;

@@ -103,7 +103,7 @@ inline bool kv_map_fits(const Params& p) {
   return kv_map_encoder() != nullptr && p.kv_indices == nullptr && (reinterpret_cast<uintptr_t>(p.kv) & 15) == 0 &&
          p.pool_rows > 0 && p.pool_rows <= INT32_MAX;
 }
-// m.map for a contiguous cache (KvMap); false where kv_map_fits is: cp.async then.
+// m.map for a contiguous cache (KvMap); false where kv_map_fits is not: cp.async then.
 inline bool encode_kv_map(const Params& p, CUtensorMap* map) {
   if (!kv_map_fits(p)) return false;
   const cuuint64_t dims[2] = {kKeyDim, cuuint64_t(p.pool_rows)};  // innermost first
