@@ -74,9 +74,9 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
   const bool wgmma_ws = sm90a && optin >= ws::kBaseBytesDeal;
-  // wgmma_tma: one element, every unmasked tile by TMA, at most two masked tiles a block (the
-  // tree rows: q_len <= 65, tc_wgmma_tma.cu); batches stay on wgmma_ws's dealing.
-  const bool wgmma_tma = wgmma_ws && p.batch == 1 && p.q_len <= ws::N + 1 && kv_map_fits(p);
+  // wgmma_tma: a contiguous cache (every unmasked tile by TMA), at most two masked tiles a
+  // range (the tree rows: q_len <= 65, tc_wgmma_tma.cu); paged caches stay on wgmma_ws.
+  const bool wgmma_tma = wgmma_ws && p.q_len <= ws::N + 1 && kv_map_fits(p);
   const bool short_range = p.kv_cols <= 2 * ws::N;
   if (path == kAnyPath)
     path = wgmma_ws && !short_range ? (wgmma_tma ? kPathWgmmaTma : kPathWgmmaWs) : wgmma ? kPathWgmma : kPathMma;
@@ -122,12 +122,12 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   // whose blocks outnumber the SMs, where the longest element's block would otherwise run all
   // its tiles alone at the end (batch 32, heads 64, q_len 33: 1,056 blocks, one of 1,024
   // tiles).
-  const bool dealt = path == kPathWgmmaWs && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
+  const bool dealt = (path == kPathWgmmaWs || path == kPathWgmmaTma) && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
   if (dealt) {
     const int64_t max_tiles = (p.kv_cols + n - 1) / n;
     splits = int(max(int64_t(2), min(int64_t(num_sms / groups), p.batch * max(int64_t(1), max_tiles / min_split_tiles(path)))));
-    // tc_attn_ws_deal's shared memory holds more before the parents
-    plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
+    // tc_attn_ws_deal's shared memory holds more before the parents (tc_attn_tma_deal's does not)
+    if (path == kPathWgmmaWs) plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
   }
   plan.num_splits = splits;
   const int64_t keys_all = dealt ? int64_t(p.batch) * p.kv_cols : p.kv_cols;

@@ -13,7 +13,7 @@
 //                      alternate tiles, so one's softmax overlaps the other's MMAs; and
 //                      tc_attn_ws_deal, the same over a ragged batch's dealt tiles
 //   tc_wgmma_tma.cu    tc_attn_ws's two consumers alone (sm_90a): tc_attn_tma, each refilling
-//                      by TMA what it frees (one element, a contiguous cache)
+//                      by TMA what it frees (a contiguous cache), and tc_attn_tma_deal
 //   tc_merge.h         the log-sum-exp merge of split partials, one kernel for every path
 //   tc_host.h          the host pieces the .cu files share, the paths' launchers
 //   tc.cu              the plan (the path and tile chosen once, recorded in Plan::path), the
@@ -22,8 +22,7 @@
 // Five paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
 // every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
 // with the query rows on wgmma's M, which is 64: tc_attn_ws (a producer warpgroup, two
-// consumers on alternate tiles; for one element with a contiguous cache tc_attn_tma, the
-// consumers alone) and, where every element's keys fit in two tiles,
+// consumers on alternate tiles; for a contiguous cache tc_attn_tma, the consumers alone) and, where every element's keys fit in two tiles,
 // tc_attn_wg (both warpgroups in one phase). tc_attn_wgt, the keys on M and the rows on N
 // (S^T = K Q^T, O^T = V^T P^T: no padding of groups <= 48 rows), measured slower than
 // tc_attn_wg where it was meant to win, runs only when pinned. All share the rows, the
@@ -104,7 +103,7 @@ struct TcArgs {
   int R;           // query rows an element: heads * q_len
   int group_rows;  // rows an m-group (multiple of 16, <= 64)
   int slots;       // 0: one block per (m-group, element), written directly; else partial slots
-  int deal;        // dealt mode (tc_attn_ws_deal, batch > 1): S, the slots the concatenated tiles are dealt to
+  int deal;        // dealt mode (tc_attn_ws_deal, tc_attn_tma_deal; batch > 1): S, the slots the concatenated tiles are dealt to
                    // (grid y = S, partial slots = S + batch); 0: locate()'s per-element slots
   int parent_cap;  // parent entries staged in shared memory
   int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
@@ -181,7 +180,7 @@ __device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* i
   }
 }
 
-// Dealt mode (TcArgs::deal = S > 0; tc_attn_ws_deal, batch > 1, FlashMLA's dealing): the
+// Dealt mode (TcArgs::deal = S > 0; tc_attn_ws_deal and tc_attn_tma_deal, batch > 1, FlashMLA's dealing): the
 // elements' work is concatenated, element b taking kSplitOverheadTiles virtual positions (a
 // piece's fixed cost) followed by deal_tiles(b) real ones, T positions in all, and slot s
 // covers positions [floor(s T / S), floor((s + 1) T / S)) (S capped at T). A piece is a slot's share of one

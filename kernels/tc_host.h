@@ -45,10 +45,12 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   l.R = p.heads * p.q_len;
   l.groups = (l.R + kRows - 1) / kRows;
   l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
-  // wgmma_ws with batch > 1 deals num_splits slots over the concatenated elements (tc.h,
+  // wgmma_ws and wgmma_tma with batch > 1 deal num_splits slots over the concatenated elements (tc.h,
   // deal_locate): piece (s, b) writes partial s + b, so S + batch of them; every other split
   // plan gives each element num_splits slots of its own.
-  l.deal = plan.path == kPathWgmmaWs && p.batch > 1 && plan.num_splits > 1 ? plan.num_splits : 0;
+  l.deal = (plan.path == kPathWgmmaWs || plan.path == kPathWgmmaTma) && p.batch > 1 && plan.num_splits > 1
+               ? plan.num_splits
+               : 0;
   l.slots = l.deal ? l.deal + p.batch : plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
   l.grid_y = l.deal ? l.deal : l.slots ? l.slots : p.batch;
   l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);

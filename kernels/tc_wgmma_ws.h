@@ -1,9 +1,8 @@
 // tc's warp-specialized sm_90a path: a cp.async producer warpgroup and two consumer
 // warpgroups that take alternate tiles (ping-pong) (the kernel: tc_wgmma_ws.cu).
-// What tc runs on compute capability 9.0 (path 3) for batches and paged caches, but where
-// every element's keys fit in two tiles (kernels/tc.cu says why, with the H200's
-// measurements); one element with a contiguous cache runs its consumers alone
-// (tc_wgmma_tma.cu, path 4).
+// What tc runs on compute capability 9.0 (path 3) for paged caches (and trees over 65
+// tokens), but where every element's keys fit in two tiles (kernels/tc.cu says why, with the
+// H200's measurements); a contiguous cache runs its consumers alone (tc_wgmma_tma.cu, path 4).
 #pragma once
 #include "tc_wgmma_rows.h"
 

@@ -180,21 +180,24 @@ class Smem:
             yield
 
 
-def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None):
+def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, uses=(0, 0), tag=None, q="Q"):
     """tc_attn_ws's two consumer warpgroups over a range of n tiles (kernels/tc_wgmma_ws.h, the
     pair schedule; consume_tiles), as generators WG0, WG1 reading through m (Smem, m.T slices a
     key): full[s] the stages' barriers, bars the named barriers, masked(j) whether tile j's
     softmax reads its stage's mask. release(w, s, j) (a generator) runs where warpgroup w is done
     with stage s holding tile j; start(w) (a generator) first; after_s_b(j) (a generator, a
-    mutant's hook) where WG1's S of tile j + 1 is done."""
+    mutant's hook) where WG1's S of tile j + 1 is done. uses: the stages' uses before the range
+    (its pair k is use uses[s] + k of stage s); tag(j): what tile j's planes hold (j); q: what
+    Q's planes hold."""
     Q = [("q", p) for p in range(9)]
+    tag = tag or (lambda j: j)
 
     def stage(s, planes):
         return [(s, p) for p in planes]
 
     def softmax(who, s, j):
         if masked(j):
-            yield from m.reads(who, [(s, "mask")], j)
+            yield from m.reads(who, [(s, "mask")], tag(j))
 
     def wg0():
         if start:
@@ -202,22 +205,22 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None):
         for k in range((n + 1) // 2):
             a, b = 2 * k, 2 * k + 1
             has_b = b < n
-            yield from wait_phase(full[0], k)
-            yield from m.reads("WG0 S_a", Q, "Q")
-            yield from m.reads("WG0 S_a", stage(0, range(9)), a)
+            yield from wait_phase(full[0], uses[0] + k)
+            yield from m.reads("WG0 S_a", Q, q)
+            yield from m.reads("WG0 S_a", stage(0, range(9)), tag(a))
             if has_b:
                 yield from bars.bar("S0", 0, False)
             yield from softmax("WG0 softmax_a", 0, a)
-            yield from m.generic_write("WG0 P_a", (0, 8), range(m.T), ("P", a))
+            yield from m.generic_write("WG0 P_a", (0, 8), range(m.T), ("P", tag(a)))
             yield from bars.bar("P0", 0, False)
-            yield from m.reads("WG0 PV_a", stage(0, range(4)), a)
+            yield from m.reads("WG0 PV_a", stage(0, range(4)), tag(a))
             yield from release(0, 0, a)
             if has_b:
                 yield from bars.bar("P1", 0, True)
-                yield from wait_phase(full[1], k)
-                m.read_begin("WG0 PV_b", (1, 8), ("P", b))
-                yield from m.reads("WG0 PV_b", stage(1, range(4)), b)
-                m.read_end("WG0 PV_b", (1, 8), ("P", b))
+                yield from wait_phase(full[1], uses[1] + k)
+                m.read_begin("WG0 PV_b", (1, 8), ("P", tag(b)))
+                yield from m.reads("WG0 PV_b", stage(1, range(4)), tag(b))
+                m.read_end("WG0 PV_b", (1, 8), ("P", tag(b)))
                 yield from release(0, 1, b)
         yield from bars.bar("End", 0, True)
 
@@ -228,41 +231,41 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None):
             a, b = 2 * k, 2 * k + 1
             if b < n:
                 yield from bars.bar("S0", 1, True)
-                yield from wait_phase(full[1], k)
+                yield from wait_phase(full[1], uses[1] + k)
                 s_b = Q + stage(1, range(9))
                 for kk in s_b[:9]:
-                    m.read_begin("WG1 S_b", kk, "Q")
+                    m.read_begin("WG1 S_b", kk, q)
                 for kk in s_b[9:]:
-                    m.read_begin("WG1 S_b", kk, b)
+                    m.read_begin("WG1 S_b", kk, tag(b))
                 yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
+                yield from wait_phase(full[0], uses[0] + k)
                 pv_a = stage(0, range(4, 8))
                 for kk in pv_a:
-                    m.read_begin("WG1 PV_a", kk, a)
-                m.read_begin("WG1 PV_a", (0, 8), ("P", a))
+                    m.read_begin("WG1 PV_a", kk, tag(a))
+                m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
                 yield
                 for kk in s_b[:9]:  # S_b done (wait_one), PV_a in flight
-                    m.read_end("WG1 S_b", kk, "Q")
+                    m.read_end("WG1 S_b", kk, q)
                 for kk in s_b[9:]:
-                    m.read_end("WG1 S_b", kk, b)
+                    m.read_end("WG1 S_b", kk, tag(b))
                 if after_s_b:
                     yield from after_s_b(a)
                 yield from softmax("WG1 softmax_b", 1, b)
-                yield from m.generic_write("WG1 P_b", (1, 8), range(m.T), ("P", b))
+                yield from m.generic_write("WG1 P_b", (1, 8), range(m.T), ("P", tag(b)))
                 yield from bars.bar("P1", 1, False)
                 yield
                 for kk in pv_a:
-                    m.read_end("WG1 PV_a", kk, a)
-                m.read_end("WG1 PV_a", (0, 8), ("P", a))
+                    m.read_end("WG1 PV_a", kk, tag(a))
+                m.read_end("WG1 PV_a", (0, 8), ("P", tag(a)))
                 yield from release(1, 0, a)
-                yield from m.reads("WG1 PV_b", stage(1, range(4, 8)), b)
+                yield from m.reads("WG1 PV_b", stage(1, range(4, 8)), tag(b))
                 yield from release(1, 1, b)
             else:
                 yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
-                m.read_begin("WG1 PV_a", (0, 8), ("P", a))
-                yield from m.reads("WG1 PV_a", stage(0, range(4, 8)), a)
-                m.read_end("WG1 PV_a", (0, 8), ("P", a))
+                yield from wait_phase(full[0], uses[0] + k)
+                m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
+                yield from m.reads("WG1 PV_a", stage(0, range(4, 8)), tag(a))
+                m.read_end("WG1 PV_a", (0, 8), ("P", tag(a)))
                 yield from release(1, 0, a)
         yield from bars.bar("End", 1, True)
 

@@ -54,29 +54,31 @@ def test_pinned_sm90a_paths_match_reference_at_length(case, impl):
                     reason="tc takes its wgmma paths only on compute capability 9.0")
 def test_each_tc_path_is_planned_once_and_named():
     """On the H100/H200 tc's plan picks wgmma_tma (256 threads: two consumers that refill by
-    TMA) for one element with a contiguous cache whose keys may exceed two tiles (heads 64 x
-    q_len 33 at prefix 128), wgmma_ws (384 threads: a producer warpgroup beside the two
-    consumers) for batches (heads 64 x q_len 9 at prefix 512, two elements), and wgmma where
-    every element's keys fit in two tiles (heads 8 x q_len 9 at prefix 0: 2 groups of 48 rows,
-    9 keys); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t, tc_wgmma_ws, and tc_wgmma_tma
-    where it takes the case) runs its own path at every shape, and the plan says which ran."""
+    TMA) for a contiguous cache whose keys may exceed two tiles (heads 64 x q_len 33 at prefix
+    128; heads 64 x q_len 9 at prefix 512, two elements: dealt), wgmma_ws (384 threads: a
+    producer warpgroup beside the two consumers) for pages (two elements, heads 16 x q_len
+    17), and wgmma where every element's keys fit in two tiles (heads 8 x q_len 9 at prefix
+    0: 2 groups of 48 rows, 9 keys); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t,
+    tc_wgmma_ws, and tc_wgmma_tma where it takes the case) runs its own path at every shape,
+    and the plan says which ran."""
     plans = {}
-    for case in ("seed_2x8x9x9", "seed_2x64x9x521", "seed_1x64x33x161"):
+    short, many, one, paged = "seed_2x8x9x9", "seed_2x64x9x521", "seed_1x64x33x161", "paged_2x16x17"
+    for case in (short, many, one, paged):
         inputs = cases.make_inputs(cases.CASES[case], "cuda", 0)
         args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
         for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma"):
             if Candidate(impl).skip_reason(inputs) is None:
                 plan = ops.launch_plan(impl, args)
                 plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
-    short, many, one = "seed_2x8x9x9", "seed_2x64x9x521", "seed_1x64x33x161"
     assert plans[short, "tc"][0] == "wgmma" and plans[short, "tc"][1] == plans[short, "tc_wgmma"][1]
     assert plans[short, "tc"][1]["rows_per_block"] == 48
-    assert plans[many, "tc"][0] == "wgmma_ws" and plans[many, "tc"][1]["threads"] == 384
-    assert plans[many, "tc"][1] == plans[many, "tc_wgmma_ws"][1]
-    assert plans[one, "tc"][0] == "wgmma_tma" and plans[one, "tc"][1]["threads"] == 256
-    assert plans[one, "tc"][1] == plans[one, "tc_wgmma_tma"][1]
-    assert (short, "tc_wgmma_tma") not in plans and (many, "tc_wgmma_tma") not in plans  # batches: rejected
-    for case in (short, many, one):
+    for case in (many, one):
+        assert plans[case, "tc"][0] == "wgmma_tma" and plans[case, "tc"][1]["threads"] == 256
+        assert plans[case, "tc"][1] == plans[case, "tc_wgmma_tma"][1]
+    assert plans[paged, "tc"][0] == "wgmma_ws" and plans[paged, "tc"][1]["threads"] == 384
+    assert plans[paged, "tc"][1] == plans[paged, "tc_wgmma_ws"][1]
+    assert (paged, "tc_wgmma_tma") not in plans  # pages: rejected
+    for case in (short, many, one, paged):
         assert plans[case, "tc_mma"][0] == "mma"
         assert plans[case, "tc_wgmma"][0] == "wgmma"
         assert plans[case, "tc_wgmma_t"][0] == "wgmma_t"

@@ -113,13 +113,12 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
         for cc in ((8, 0), (8, 9), (10, 0), (12, 0)):
             assert impl.unsupported("cuda", cc), (name, cc)
     assert registry.get("tc_mma").unsupported("cuda", (12, 0)) is None
-    # wgmma_tma takes what its plan branch does: one element, a contiguous cache, q_len <= 65.
+    # wgmma_tma takes what its plan branch does: a contiguous cache, q_len <= 65.
     tma = registry.get("tc_wgmma_tma")
-    assert tma.rejects(chain=False, paged=False, kv_cols=4161, batch=1, q_len=65) is None
-    assert "batch" in tma.rejects(chain=True, paged=False, kv_cols=521, batch=2, q_len=9)
-    assert "q_len" in tma.rejects(chain=True, paged=False, kv_cols=521, batch=1, q_len=66)
-    assert "pages" in tma.rejects(chain=True, paged=True, batch=1, q_len=9)
-    assert registry.get("tc_wgmma_ws").rejects(chain=False, paged=True, batch=8, q_len=300) is None
+    assert tma.rejects(chain=False, paged=False, kv_cols=4161, q_len=65) is None
+    assert "q_len" in tma.rejects(chain=True, paged=False, kv_cols=521, q_len=66)
+    assert "pages" in tma.rejects(chain=True, paged=True, q_len=9)
+    assert registry.get("tc_wgmma_ws").rejects(chain=False, paged=True, q_len=300) is None
     from verify_attn import profile, suite
 
     for device in ("cuda", "cpu", "tiny"):

@@ -1,12 +1,13 @@
-"""tc_attn_tma's refill by the last reader (kernels/tc_wgmma_tma.cu): a model of the block's
-start (Q and the masked tiles by cp.async from every thread, cleaned and masked, the first
-unmasked tiles by TMA from thread 0) and of both consumer warpgroups, each of whose thread 0
-issues the planes it has just freed of the stage's next tile, under a random scheduler
-(tests/sync_model.py). Checked as in tests/test_refill.py: nothing is written while someone
-reads it, nothing is read while a write to it is in flight, every read sees the tile (or P) it
-was meant for, every arrival and transaction falls in its phase, no wait sees a barrier two
-phases ahead, and the block finishes. Mutants of the scheme make it fail. No GPU: a change to
-the kernel's synchronization must be mirrored here."""
+"""tc_attn_tma's refill by the last reader (kernels/tc_wgmma_tma.cu; tc_attn_tma_deal's pieces one
+after another: simulate_pieces): a model of the block's start (Q and the masked tiles by
+cp.async from every thread, cleaned and masked, the first unmasked tiles by TMA from thread 0)
+and of both consumer warpgroups, each of whose thread 0 issues the planes it has just freed of
+the stage's next tile, under a random scheduler (tests/sync_model.py). Checked as in
+tests/test_refill.py: nothing is written while someone reads it, nothing is read while a write
+to it is in flight, every read sees the tile (or P) it was meant for, every arrival and
+transaction falls in its phase, no wait sees a barrier two phases ahead, and the block
+finishes. Mutants of the scheme make it fail. No GPU: a change to the kernel's synchronization
+must be mirrored here."""
 
 import random
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class Scheme:
     refill_after_pv: bool = True     # WG1 refills stage 0 after its PV_a (not once its S_b is done)
     masked_arrivals: int = 2         # thread 0's plain arrivals on a masked tile's phase
     sync_after_clean: bool = True    # a block-wide barrier between the cleaning and the pairs
+    carry_uses: bool = True          # a piece's consumers count the stages' uses by earlier pieces
 
 
 @dataclass(frozen=True)
@@ -34,40 +36,60 @@ class Block:
 
 
 def simulate(blk, rng, scheme=Scheme()):
-    T = blk.T
+    return simulate_pieces([blk], rng, scheme)
+
+
+def simulate_pieces(blks, rng, scheme=Scheme()):
+    """The ranges blks one after another in one block (tc_attn_tma_deal's pieces; one range:
+    tc_attn_tma): the mbarriers, named barriers and shared memory carry over, the stages' uses
+    are counted over the block, a piece's tiles and Q are told apart from the last piece's."""
+    T = blks[0].T
     full = [Mbar(scheme.full_count, "full[0]"), Mbar(scheme.full_count, "full[1]")]
     bars = NamedBarriers()
-    started = [False] * T  # threads done with the start
     m = Smem(T, rng)  # the planes, masks and Q; the copies in flight
+    uses = [0, 0]  # each stage's uses by the earlier pieces
+    for n, blk in enumerate(blks):
+        simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme)
+        uses = [uses[s] + (blk.ntiles + 1 - s) // 2 for s in (0, 1)]
+        assert [f.phase for f in full] == uses
+    assert not m.ops
+    return m.early
+
+
+def simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme):
+    started = [False] * T  # threads done with the start
     key, generic_write, readers, inflight, content = m.key, m.generic_write, m.readers, m.inflight, m.content
+
+    def tag(j):  # what tile j of this piece holds
+        return (n, j)
 
     def cp_async(t, k, value):
         m.cp_async(f"thread {t} cp.async", t, k, value)
 
     def load_half(who, w, s, j):
         """planes_of(w, s) of tile j into stage s: the issuer's arrive.expect_tx, then its boxes."""
-        planes, u = scheme.planes_of(w, s), j >> 1
+        planes, u = scheme.planes_of(w, s), uses[s] + (j >> 1)
         full[s].arrive(u, expect_tx=len(planes))
         for p in planes:
-            m.tma(f"{who} TMA", (s, p), j, full[s], u)
+            m.tma(f"{who} TMA", (s, p), tag(j), full[s], u)
             yield
 
     def masked(j):
         return j < blk.nmasked
 
     def start(t):
-        """tc_attn_tma before its pairs: thread t's part."""
+        """tc_attn_tma's start_range: thread t's part."""
         if blk.ntiles > 0:
             for p in range(9):
-                cp_async(t, key(("q", p)), "Q")
-        yield from bars.bar("A", t, True, T)  # the mbarriers initialised
+                cp_async(t, key(("q", p)), ("Q", n))
+        yield from bars.bar("A", t, True, T)  # the mbarriers initialised (an earlier piece's End passed)
         if t == 0:
             for j in range(blk.nmasked, min(2, blk.ntiles)):
                 yield from load_half("thread 0", 0, j, j)
                 yield from load_half("thread 0", 1, j, j)
         for j in range(blk.nmasked):
             for p in range(9):
-                cp_async(t, (j, p), j)
+                cp_async(t, (j, p), tag(j))
                 yield
         yield from wait(lambda: not m.cp_pending(t))  # cp.async.wait_all
         yield from bars.bar("B", t, True, T)
@@ -75,16 +97,16 @@ def simulate(blk, rng, scheme=Scheme()):
             for j in range(blk.nmasked):
                 for p in range(9):  # every thread reads and may rewrite chunks of every plane
                     k = (j, p)
-                    assert not readers[k] and inflight[k] == 0 and all(v == j for v in content[k]), \
+                    assert not readers[k] and inflight[k] == 0 and all(v == tag(j) for v in content[k]), \
                         f"thread {t} cleans {k}: {content[k]}, readers {readers[k]}"
                     yield
-                yield from generic_write(f"thread {t} mask", key((j, "mask")), [t], j)
+                yield from generic_write(f"thread {t} mask", key((j, "mask")), [t], tag(j))
             if scheme.sync_after_clean:
                 yield from bars.bar("C", t, True, T)
             if t == 0:
                 for j in range(blk.nmasked):
                     for _ in range(scheme.masked_arrivals):
-                        full[j].arrive(0)
+                        full[j].arrive(uses[j])
         started[t] = True
 
     def ready(w):
@@ -103,11 +125,10 @@ def simulate(blk, rng, scheme=Scheme()):
     def start_pairs(w):
         yield from wait(lambda: ready(w))
 
-    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, start_pairs, refill_after_s_b)
+    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, start_pairs, refill_after_s_b,
+                         uses=tuple(uses) if scheme.carry_uses else (0, 0), tag=tag, q=("Q", n))
+    # The piece ends on the End barrier (256 threads): the next piece's start follows it.
     run([start(t) for t in range(T)] + [wg0, wg1], rng, background=[m.engine()])
-    assert [f.phase for f in full] == [(blk.ntiles + 1 - s) // 2 for s in (0, 1)]
-    assert not m.ops
-    return m.early
 
 
 def blocks(rng):
@@ -120,6 +141,27 @@ def test_refill_by_the_last_reader(seed):
     rng = random.Random(seed)
     for _ in range(8):
         simulate(blocks(rng), rng)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_pieces_carry_the_phases(seed):
+    """tc_attn_tma_deal: pieces of odd and even tile counts, masked or not, one after another."""
+    rng = random.Random(seed)
+    for _ in range(4):
+        T = rng.choice([1, 2, 3])
+        simulate_pieces([Block(b.ntiles, b.nmasked, T) for b in (blocks(rng) for _ in range(rng.randint(2, 4)))], rng)
+
+
+def test_the_pieces_model_catches_lost_phases():
+    """Consumers that restart the stages' phases at every piece (tc_attn_tma_deal without ph)."""
+    rng = random.Random(2)
+    failed = 0
+    for _ in range(20):
+        try:
+            simulate_pieces([Block(3, 1, 2), Block(4, 0, 2), Block(5, 2, 2)], rng, Scheme(carry_uses=False))
+        except AssertionError:
+            failed += 1
+    assert failed > 0
 
 
 def test_the_refill_overlaps_the_reads():

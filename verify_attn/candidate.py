@@ -47,9 +47,8 @@ class Candidate:
         entry = registry.get(self.impl)
         chain = all(is_chain(p) for p in inputs.parent.tolist())
         paged = inputs.kv_indices is not None
-        batch, q_len = inputs.q.shape[:2]
         reason = (ops.unsupported(self.impl, inputs.q.device.type)
-                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1], batch, q_len))
+                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1], inputs.q.shape[1]))
         if reason is None and self.ns != NS and (entry.runner or not hasattr(getattr(torch.ops, self.ns), self.impl)):
             reason = f"the build in namespace {self.ns} has no op {self.impl}"
         return reason
