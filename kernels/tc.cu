@@ -113,7 +113,7 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
     splits = min(splits, max(1, max_tiles / min_split_tiles(path)));
     splits = min(splits, kMaxSplits);
   }
-  // wgmma_ws, several elements, split: FlashMLA's dealing instead (tc.h, deal_locate). The
+  // wgmma_ws and wgmma_tma, several elements, split: FlashMLA's dealing instead (tc.h, deal_locate). The
   // elements' tiles (and a fixed cost each) are concatenated and dealt to S slots, a slot's
   // block walking the elements it touches, so S = SMs / m-groups gives one wave of equal
   // work (at least 2: layout_of reads num_splits > 1 as dealt). num_splits is S here, and
@@ -122,12 +122,14 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   // whose blocks outnumber the SMs, where the longest element's block would otherwise run all
   // its tiles alone at the end (batch 32, heads 64, q_len 33: 1,056 blocks, one of 1,024
   // tiles).
-  const bool dealt = (path == kPathWgmmaWs || path == kPathWgmmaTma) && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
+  const bool dealt =
+      (path == kPathWgmmaWs || path == kPathWgmmaTma) && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
   if (dealt) {
     const int64_t max_tiles = (p.kv_cols + n - 1) / n;
     splits = int(max(int64_t(2), min(int64_t(num_sms / groups), p.batch * max(int64_t(1), max_tiles / min_split_tiles(path)))));
     // tc_attn_ws_deal's shared memory holds more before the parents (tc_attn_tma_deal's does not)
-    if (path == kPathWgmmaWs) plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
+    if (path == kPathWgmmaWs)
+      plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
   }
   plan.num_splits = splits;
   const int64_t keys_all = dealt ? int64_t(p.batch) * p.kv_cols : p.kv_cols;

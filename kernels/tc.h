@@ -22,8 +22,9 @@
 // Five paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
 // every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
 // with the query rows on wgmma's M, which is 64: tc_attn_ws (a producer warpgroup, two
-// consumers on alternate tiles; for a contiguous cache tc_attn_tma, the consumers alone) and, where every element's keys fit in two tiles,
-// tc_attn_wg (both warpgroups in one phase). tc_attn_wgt, the keys on M and the rows on N
+// consumers on alternate tiles; for a contiguous cache tc_attn_tma, the consumers alone)
+// and, where every element's keys fit in two tiles, tc_attn_wg (both warpgroups in one
+// phase). tc_attn_wgt, the keys on M and the rows on N
 // (S^T = K Q^T, O^T = V^T P^T: no padding of groups <= 48 rows), measured slower than
 // tc_attn_wg where it was meant to win, runs only when pinned. All share the rows, the
 // splits, the gather, the tree mask, the NaN handling and the merge described here.
@@ -103,8 +104,9 @@ struct TcArgs {
   int R;           // query rows an element: heads * q_len
   int group_rows;  // rows an m-group (multiple of 16, <= 64)
   int slots;       // 0: one block per (m-group, element), written directly; else partial slots
-  int deal;        // dealt mode (tc_attn_ws_deal, tc_attn_tma_deal; batch > 1): S, the slots the concatenated tiles are dealt to
-                   // (grid y = S, partial slots = S + batch); 0: locate()'s per-element slots
+  int deal;        // dealt mode (tc_attn_ws_deal, tc_attn_tma_deal; batch > 1): S, the slots the
+                   // concatenated tiles are dealt to (grid y = S, partial slots = S + batch); 0:
+                   // locate()'s per-element slots
   int parent_cap;  // parent entries staged in shared memory
   int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
   float* ws_o;     // slots x R x 512, normalised partial outputs

@@ -34,7 +34,7 @@ inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 struct Layout {  // the plan's derived values, recomputed identically by plan and launch
   int R, groups, group_rows;
   int slots;        // partial slots in the workspace (0: none, written directly)
-  int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws, batch > 1, splits > 1); else 0
+  int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws or wgmma_tma, batch > 1, splits > 1); else 0
   int grid_y;       // blocks a m-group
   int merge_parts;  // warps the merge gives a row (1, 2 or 4)
   int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;

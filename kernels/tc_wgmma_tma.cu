@@ -31,8 +31,7 @@
 //   producer steps, tc_attn_wg's contract), and their phase of full[s] is completed by two
 //   plain arrivals. plan_tc takes this path only where at most two tiles are masked (q_len
 //   <= 65: an interval of 65 keys meets two 64-key tiles at most), on a contiguous cache
-//   (every other tile by TMA); a range with a third masked tile loads nothing and raises the
-//   abort flag (every row NaN).
+//   (every other tile by TMA); a range with a third masked tile loads nothing, its rows NaN.
 //
 // Shared memory: tc_attn_ws's layout (ws::Smem, its parents after it), the `empty` barriers
 // unused. Registers: __launch_bounds__(256, 1), no setmaxnreg (up to 255 a thread).
@@ -76,20 +75,17 @@ struct Range {
   Work wk;
   Block bk;
   int P, nmasked;
+  bool unplanned;  // a third masked tile (plan_tc's bound broken): no tile taken, its rows NaN
 };
-// The range's block set-up, every thread alike: a range with a third masked tile (plan_tc's
-// bound broken) takes no tile and raises the abort flag (every row NaN).
-__device__ __forceinline__ Range range_of(const Params& p, const TcArgs& a, const Work& wk, volatile uint32_t* abort,
-                                          int tid) {
+// The range's block set-up, every thread alike.
+__device__ __forceinline__ Range range_of(const Params& p, const TcArgs& a, const Work& wk) {
   Range r;
   r.wk = wk;
   r.bk.set_rows(p, a);
   r.P = element_prefix(p, wk.b);
   r.bk.set_range(wk, r.P);
-  if (r.bk.ntiles > 2 && r.bk.tile_masked(2)) {
-    r.bk.ntiles = 0;
-    if (tid == 0) *abort = 1;
-  }
+  r.unplanned = r.bk.ntiles > 2 && r.bk.tile_masked(2);
+  if (r.unplanned) r.bk.ntiles = 0;
   r.nmasked = 0;  // the masked tiles are the first ones
   while (r.nmasked < 2 && r.nmasked < r.bk.ntiles && r.bk.tile_masked(r.nmasked)) ++r.nmasked;
   return r;
@@ -180,7 +176,10 @@ __device__ __forceinline__ void run_range(const Params& p, const TcArgs& a, cons
   const ConsumerSmem cs{reinterpret_cast<uint64_t*>(smem + kOffMask),
                         reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad)),
                         reinterpret_cast<float*>(smem + kOffM), reinterpret_cast<float*>(smem + kOffSc)};
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+  // An unplanned range: a NaN sum and maximum make its rows NaN (row_end), not the block's
+  // abort flag, which would reach the slot's other pieces.
+  const float m0 = r.unplanned ? __int_as_float(0x7fffffff) : -INFINITY, l0 = r.unplanned ? m0 : 0.f;
+  float m_run[2] = {m0, m0}, l_run[2] = {l0, l0};
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
@@ -190,7 +189,7 @@ __device__ __forceinline__ void run_range(const Params& p, const TcArgs& a, cons
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
   post_row_sums(s_l, l_run, w, wq, g, t4);
   bar_sync<kBarEnd, kConsumerThreads>();
-  // abort: a wait timed out, or a range was unplanned
+  // abort: a wait timed out
   store_rows<true>(p, a, slot, r.wk.b, r.bk.R0, r.bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);
 }
 
@@ -217,7 +216,7 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1)
   Work wk;
   if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
   if (tid == 0) tma::init_block(sbase, smem, &kvm.map);
-  const tma::Range r = tma::range_of(p, a, wk, reinterpret_cast<volatile uint32_t*>(smem + kOffAbort), tid);
+  const tma::Range r = tma::range_of(p, a, wk);
   tma::start_range(p, a, r, smem, sbase, &kvm.map, tid);
   tma::run_range(p, a, r, wk.slot, 0, smem, sbase, &kvm.map, tid);
 #else
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(ws::kConsumerThreads, 1)
   uint32_t ph = 0;  // bit s: the parity of stage s's uses by the earlier pieces
   Work wk;
   while (deal_next(p, a, N, info, d, wk)) {
-    const tma::Range r = tma::range_of(p, a, wk, reinterpret_cast<volatile uint32_t*>(smem + kOffAbort), tid);
+    const tma::Range r = tma::range_of(p, a, wk);
     tma::start_range(p, a, r, smem, sbase, &kvm.map, tid);
     tma::run_range(p, a, r, wk.slot, ph, smem, sbase, &kvm.map, tid);
     const int ntiles = r.bk.ntiles;

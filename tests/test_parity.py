@@ -37,13 +37,15 @@ def test_prefix_65536_matches_reference(impl):
                     reason="tc's sm_90a paths run on compute capability 9.0 alone")
 @pytest.mark.parametrize("impl", ["tc_wgmma_ws", "tc_wgmma_t", "tc_wgmma_tma"])
 @pytest.mark.parametrize("case", [cases.CASES["big_1x64x9x65545"], cases.CASES["big_1x64x33x65569"],
-                                  cases.Case("tree300_1x4x300x1300", 1, 4, 300, (1000,))], ids=lambda c: c.name)
+                                  cases.Case("tree300_1x4x300x1300", 1, 4, 300, (1000,)),
+                                  cases.Case("unsplit_2x16x9x300", 2, 16, 9, (291, 100))], ids=lambda c: c.name)
 def test_pinned_sm90a_paths_match_reference_at_length(case, impl):
     """The pinned paths outside the kernels under test reach the small cases by name
     (test_impl_matches_reference) and these the rest: prefix 65,536 (9 m-groups x 14 splits of
     ~37 pairs of tiles) and a tree of 300 tokens (19 groups of 16 tokens, 6 splits of 3 or 4
     tiles: the top splits are masked tiles throughout, so wgmma_ws's producer cleans masked
-    tiles after waiting on a stage's release, j >= 2)."""
+    tiles after waiting on a stage's release, j >= 2), and two elements that fit the SMs unsplit
+    (6 blocks: wgmma_tma's one-range kernel over a batch, element 1's prefix tile by TMA)."""
     inputs = cases.make_inputs(case, "cuda", 5)
     require(impl, "cuda", inputs)
     err = check(Candidate(impl), inputs)

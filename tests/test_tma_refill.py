@@ -52,6 +52,7 @@ def simulate_pieces(blks, rng, scheme=Scheme()):
         simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme)
         uses = [uses[s] + (blk.ntiles + 1 - s) // 2 for s in (0, 1)]
         assert [f.phase for f in full] == uses
+        assert not m.ops, "a copy of the piece still in flight at its end"
     assert not m.ops
     return m.early
 

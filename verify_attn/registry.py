@@ -125,7 +125,8 @@ _ENTRIES = [
     # the plan takes it, so neither is timed in Quick (under_test=False); `check --impl all`
     # reaches both by name. wgmma_tma takes what its plan branch does (kernels/tc.cu).
     Impl("tc_wgmma_ws", "tc pinned to its warp-specialized wgmma path: a cp.async producer warpgroup and two "
-         "consumer warpgroups on alternate tiles (what tc runs on the H100/H200 for paged caches and trees over 65 tokens)",
+         "consumer warpgroups on alternate tiles (what tc runs on the H100/H200 for paged caches and trees "
+         "over 65 tokens)",
          cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:brown", paths=TC_PATHS, path=3, variant_of="tc", under_test=False),
     Impl("tc_wgmma_tma", "tc pinned to its wgmma path without a copy warpgroup: two consumer warpgroups on "
