@@ -19,9 +19,10 @@
 //   warpgroups wait for every use of both stages), so no arrival falls in an earlier phase, and
 //   every consumer waits for each use in turn, so no wait sees a phase two ahead.
 //   As in FlashMLA (its warpgroup_wait, then the TMA from the warpgroup's thread 0, no
-//   barrier), the issuing thread's own wgmma wait stands for its warpgroup's: a warpgroup's
-//   wgmma runs as one operation. tc_attn_ws never relied on it (128 arrivals an empty
-//   barrier); the GPU parity tests are what check it.
+//   barrier) and CUTLASS's cluster pipelines (PipelineTmaAsync: one signalling thread a
+//   warpgroup and destination block releases a stage), the issuing thread's own wgmma wait
+//   stands for its warpgroup's: a warpgroup's wgmma runs as one operation. tc_attn_ws never
+//   relied on it (128 arrivals an empty barrier); the GPU parity tests are what check it.
 //
 //   The start. Q by cp.async from all 256 threads first (tc-early measured tiles issued
 //   before Q 1-4% slower), then thread 0 issues the first two tiles that are not masked, whole.
