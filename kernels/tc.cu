@@ -77,9 +77,18 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   // wgmma_tma: a contiguous cache (every unmasked tile by TMA), at most two masked tiles a
   // range (the tree rows: q_len <= 65, tc_wgmma_tma.cu); paged caches stay on wgmma_ws.
   const bool wgmma_tma = wgmma_ws && p.q_len <= ws::N + 1 && kv_map_fits(p);
+  // Where it takes both, the plan picks wgmma_tma only where it measured faster than wgmma_ws
+  // (ab on the H200): batches (dealt: 3.4-5.8% at ServingChain) and one element of four
+  // m-groups or more whose tree rows sit in one tile (heads 64 x q_len 9, heads 16 x q_len 33
+  // at 16K: 3-4%). Its start is serial (Q, then its first tiles; the masked ones gathered by
+  // all threads before the loop), which the two masked tiles of q_len 65 and the short splits
+  // of two or three m-groups (heads 8 and 16 x q_len 9 at 16K) pay: 1.2-3.6% slower there.
+  const bool tma_pays = p.q_len < ws::N && (p.batch > 1 || groups >= 4);
   const bool short_range = p.kv_cols <= 2 * ws::N;
   if (path == kAnyPath)
-    path = wgmma_ws && !short_range ? (wgmma_tma ? kPathWgmmaTma : kPathWgmmaWs) : wgmma ? kPathWgmma : kPathMma;
+    path = wgmma_ws && !short_range ? (wgmma_tma && tma_pays ? kPathWgmmaTma : kPathWgmmaWs)
+           : wgmma                  ? kPathWgmma
+                                    : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
       (path == kPathWgmmaTma && !wgmma_tma) ||
       (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs && path != kPathWgmmaTma))

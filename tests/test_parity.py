@@ -56,16 +56,18 @@ def test_pinned_sm90a_paths_match_reference_at_length(case, impl):
                     reason="tc takes its wgmma paths only on compute capability 9.0")
 def test_each_tc_path_is_planned_once_and_named():
     """On the H100/H200 tc's plan picks wgmma_tma (256 threads: two consumers that refill by
-    TMA) for a contiguous cache whose keys may exceed two tiles (heads 64 x q_len 33 at prefix
-    128; heads 64 x q_len 9 at prefix 512, two elements: dealt), wgmma_ws (384 threads: a
-    producer warpgroup beside the two consumers) for pages (two elements, heads 16 x q_len
-    17), and wgmma where every element's keys fit in two tiles (heads 8 x q_len 9 at prefix
+    TMA) for a contiguous cache whose keys may exceed two tiles where it pays (heads 64 x q_len
+    33 at prefix 128: 33 m-groups; heads 64 x q_len 9 at prefix 512, two elements: dealt),
+    wgmma_ws (384 threads: a producer warpgroup beside the two consumers) for pages (two
+    elements, heads 16 x q_len 17), a tree of 64 tokens or more (three elements, heads 8 x
+    q_len 65) and one element of three m-groups (heads 16 x q_len 9), and wgmma where every element's keys fit in two tiles (heads 8 x q_len 9 at prefix
     0: 2 groups of 48 rows, 9 keys); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t,
     tc_wgmma_ws, and tc_wgmma_tma where it takes the case) runs its own path at every shape,
     and the plan says which ran."""
     plans = {}
     short, many, one, paged = "seed_2x8x9x9", "seed_2x64x9x521", "seed_1x64x33x161", "paged_2x16x17"
-    for case in (short, many, one, paged):
+    tall, few = "random_3x8x65x4161", "mla_1x16x9x1009"
+    for case in (short, many, one, paged, tall, few):
         inputs = cases.make_inputs(cases.CASES[case], "cuda", 0)
         args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
         for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma"):
@@ -80,6 +82,9 @@ def test_each_tc_path_is_planned_once_and_named():
     assert plans[paged, "tc"][0] == "wgmma_ws" and plans[paged, "tc"][1]["threads"] == 384
     assert plans[paged, "tc"][1] == plans[paged, "tc_wgmma_ws"][1]
     assert (paged, "tc_wgmma_tma") not in plans  # pages: rejected
+    for case in (tall, few):  # path 4 could run, the plan's rule keeps path 3
+        assert plans[case, "tc"][0] == "wgmma_ws" and plans[case, "tc"][1] == plans[case, "tc_wgmma_ws"][1]
+        assert plans[case, "tc_wgmma_tma"][0] == "wgmma_tma"
     for case in (short, many, one, paged):
         assert plans[case, "tc_mma"][0] == "mma"
         assert plans[case, "tc_wgmma"][0] == "wgmma"
