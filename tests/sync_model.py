@@ -180,7 +180,8 @@ class Smem:
             yield
 
 
-def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, uses=(0, 0), tag=None, q="Q"):
+def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, uses=(0, 0), tag=None, q="Q",
+              p1_wait=True):
     """tc_attn_ws's two consumer warpgroups over a range of n tiles (kernels/tc_wgmma_ws.h, the
     pair schedule; consume_tiles), as generators WG0, WG1 reading through m (Smem, m.T slices a
     key): full[s] the stages' barriers, bars the named barriers, masked(j) whether tile j's
@@ -188,7 +189,11 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
     with stage s holding tile j; start(w) (a generator) first; after_s_b(j) (a generator, a
     mutant's hook) where WG1's S of tile j + 1 is done. uses: the stages' uses before the range
     (its pair k is use uses[s] + k of stage s); tag(j): what tile j's planes hold (j); q: what
-    Q's planes hold."""
+    Q's planes hold. Each warpgroup also posts its tile's row maxima and factors (s_m, s_sc:
+    ("m", w) here) with its P and the peer reads them after the same named barrier
+    (issue_peer_pv); the next tile's post overwrites them after the peer's read (ordered by the
+    named barriers and by the stage's full barrier, which waits for the peer's release).
+    p1_wait=False: a mutant, WG0 goes on past P1 without waiting for WG1's post."""
     Q = [("q", p) for p in range(9)]
     tag = tag or (lambda j: j)
 
@@ -212,11 +217,13 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
                 yield from bars.bar("S0", 0, False)
             yield from softmax("WG0 softmax_a", 0, a)
             yield from m.generic_write("WG0 P_a", (0, 8), range(m.T), ("P", tag(a)))
+            yield from m.generic_write("WG0 m_a", ("m", 0), range(m.T), ("m", tag(a)))
             yield from bars.bar("P0", 0, False)
             yield from m.reads("WG0 PV_a", stage(0, range(4)), tag(a))
             yield from release(0, 0, a)
             if has_b:
-                yield from bars.bar("P1", 0, True)
+                yield from bars.bar("P1", 0, p1_wait)
+                yield from m.reads("WG0 m_b", [("m", 1)], ("m", tag(b)))
                 yield from wait_phase(full[1], uses[1] + k)
                 m.read_begin("WG0 PV_b", (1, 8), ("P", tag(b)))
                 yield from m.reads("WG0 PV_b", stage(1, range(4)), tag(b))
@@ -238,6 +245,7 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
                 for kk in s_b[9:]:
                     m.read_begin("WG1 S_b", kk, tag(b))
                 yield from bars.bar("P0", 1, True)
+                yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
                 yield from wait_phase(full[0], uses[0] + k)
                 pv_a = stage(0, range(4, 8))
                 for kk in pv_a:
@@ -252,6 +260,7 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
                     yield from after_s_b(a)
                 yield from softmax("WG1 softmax_b", 1, b)
                 yield from m.generic_write("WG1 P_b", (1, 8), range(m.T), ("P", tag(b)))
+                yield from m.generic_write("WG1 m_b", ("m", 1), range(m.T), ("m", tag(b)))
                 yield from bars.bar("P1", 1, False)
                 yield
                 for kk in pv_a:
@@ -262,6 +271,7 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
                 yield from release(1, 1, b)
             else:
                 yield from bars.bar("P0", 1, True)
+                yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
                 yield from wait_phase(full[0], uses[0] + k)
                 m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
                 yield from m.reads("WG1 PV_a", stage(0, range(4, 8)), tag(a))

@@ -37,7 +37,7 @@ class Block:
     rest: int      # producer threads modelled besides thread 0 (each one slice of a cp.async plane)
 
 
-def simulate(blk, rng, scheme=Scheme()):
+def simulate(blk, rng, scheme=Scheme(), p1_wait=True):
     T = 1 + blk.rest
     full = [Mbar(T, "full[0]"), Mbar(T, "full[1]")]
     empty = [[Mbar(1, "empty[0]"), Mbar(1, "empty[1]")], [Mbar(1, "empty1[0]"), Mbar(1, "empty1[1]")]]  # [w][s]
@@ -111,7 +111,7 @@ def simulate(blk, rng, scheme=Scheme()):
         empty[w][s].arrive(j >> 1)
         yield
 
-    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release)
+    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, p1_wait=p1_wait)
     run([producer(pt) for pt in range(T)] + [wg0, wg1], rng, background=[m.engine()])
     uses = [(blk.ntiles + 1 - s) // 2 for s in (0, 1)]
     assert [f.phase for f in full] == uses
@@ -166,4 +166,20 @@ def test_the_model_catches_a_broken_scheme(scheme):
             simulate(blk, rng, scheme)
         except AssertionError:
             failed += 1
+    assert failed > 0
+
+
+def test_the_model_checks_the_maxima_handoff():
+    """The row maxima and factors a consumer posts (s_m, s_sc) reach the peer through P0 / P1
+    (bar.arrive by the writer, bar.sync by the reader), and the next post overwrites them only
+    after the peer read them: every schedule above checks both. racecheck reports this handoff
+    (docs/tc.md); the model says what the barriers order. A reader that does not wait on P1
+    reads a stale post on some schedule."""
+    rng = random.Random(2)
+    failed = 0
+    for _ in range(200):
+        try:
+            simulate(Block(rng.choice([2, 4, 5]), 0, True, 1), rng, p1_wait=False)
+        except AssertionError as e:
+            failed += "m_b" in str(e)
     assert failed > 0
