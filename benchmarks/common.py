@@ -191,7 +191,7 @@ PLAN_SERIES = {
     "rows_per_block": ("rows_per_block", "rows", "Query rows (token x head pairs) a block computes."),
     "keys_per_tile": ("keys_per_tile", "keys", "Cache rows a shared-memory tile."),
     "smem_bytes": ("smem_bytes", "bytes", "Shared memory a block, static + dynamic."),
-    "path": ("path", "path", "The kernel path the plan chose (verify_attn.registry: tc 0 mma.sync, 1 wgmma, 2 wgmma_t, 3 wgmma_ws; tc takes 3 on compute capability 9.0, 0 elsewhere)."),
+    "path": ("path", "path", "The kernel path the plan chose (verify_attn.registry: tc 0 mma.sync, 1 wgmma, 2 wgmma_t, 3 wgmma_ws, 4 wgmma_tma; on compute capability 9.0 tc takes 4 for a contiguous cache and a tree of up to 65 tokens, 3 otherwise, 0 elsewhere)."),
 }
 
 

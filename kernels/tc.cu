@@ -32,7 +32,7 @@ namespace {
 // tiles) its 11 splits of 3 tiles took 3.4% less time than 14 of 2-3 (`python -m verify_attn
 // ab`, H200, 20 pairs, 0 slower; the other Quick points, whose floor does not bind, within
 // 0.5%). FlashMLA's scheduler deals about as many (11 of 3 tiles there).
-int min_split_tiles(int path) { return path == kPathWgmmaWs ? 3 : 2; }
+int min_split_tiles(int path) { return path == kPathWgmmaWs || path == kPathWgmmaTma ? 3 : 2; }
 
 // A ragged batch's splits an element: with ceil(waves x SMs / blocks) of them, the fewest
 // waves (1..kMaxWaves) whose splits reach kMinRaggedSplits, else kMaxWaves'. Fewer than six
@@ -74,23 +74,37 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   const bool sm90a = has_wgmma(dev);
   const bool wgmma = sm90a && optin >= wg::kBaseBytes, wgmma_t = sm90a && optin >= wgt::kBaseBytes;
   const bool wgmma_ws = sm90a && optin >= ws::kBaseBytesDeal;
+  // wgmma_tma: a contiguous cache (every unmasked tile by TMA), at most two masked tiles a
+  // range (the tree rows: q_len <= 65, tc_wgmma_tma.cu); paged caches stay on wgmma_ws.
+  const bool wgmma_tma = wgmma_ws && p.q_len <= ws::N + 1 && kv_map_fits(p);
+  // Where it takes both, the plan picks wgmma_tma only where it measured faster than wgmma_ws
+  // (ab on the H200): batches (dealt: 3.4-5.8% at ServingChain) and one element of four
+  // m-groups or more whose tree rows sit in one tile (heads 64 x q_len 9, heads 16 x q_len 33
+  // at 16K: 3-4%). Its start is serial (Q, then its first tiles; the masked ones gathered by
+  // all threads before the loop), which the two masked tiles of q_len 65 and the short splits
+  // of two or three m-groups (heads 8 and 16 x q_len 9 at 16K) pay: 1.2-3.6% slower there.
+  const bool tma_pays = p.q_len < ws::N && (p.batch > 1 || groups >= 4);
   const bool short_range = p.kv_cols <= 2 * ws::N;
-  if (path == kAnyPath) path = wgmma_ws && !short_range ? kPathWgmmaWs : wgmma ? kPathWgmma : kPathMma;
+  if (path == kAnyPath)
+    path = wgmma_ws && !short_range ? (wgmma_tma && tma_pays ? kPathWgmmaTma : kPathWgmmaWs)
+           : wgmma                  ? kPathWgmma
+                                    : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
-      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs))
+      (path == kPathWgmmaTma && !wgmma_tma) ||
+      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs && path != kPathWgmmaTma))
     return plan;  // not here
   plan.path = path;
   plan.rows_per_block = group_rows;
   int base = 0, n = 0;
   if (path == kPathWgmma) base = wg::kBaseBytes, n = wg::N;
   else if (path == kPathWgmmaT) base = wgt::kBaseBytes, n = wgt::N;
-  else if (path == kPathWgmmaWs) base = ws::kBaseBytes, n = ws::N;
+  else if (path == kPathWgmmaWs || path == kPathWgmmaTma) base = ws::kBaseBytes, n = ws::N;
   else if (optin >= CfgLarge::kOffParent) base = CfgLarge::kOffParent, n = CfgLarge::N;
   else if (optin >= CfgMid::kOffParent) base = CfgMid::kOffParent, n = CfgMid::N;
   else if (optin >= CfgSmall::kOffParent) base = CfgSmall::kOffParent, n = CfgSmall::N;
   else return plan;  // no configuration fits: blocks = 0, launch refuses
   const int parent_cap = min(p.q_len, (optin - base) / 4);
-  plan.threads = path == kPathWgmmaWs ? ws::kThreads : kThreads;
+  plan.threads = path == kPathWgmmaWs ? ws::kThreads : kThreads;  // wgmma_tma: 256, its two consumers
   plan.keys_per_tile = n;
   plan.smem_bytes = base + 4 * parent_cap;
 
@@ -108,7 +122,7 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
     splits = min(splits, max(1, max_tiles / min_split_tiles(path)));
     splits = min(splits, kMaxSplits);
   }
-  // wgmma_ws, several elements, split: FlashMLA's dealing instead (tc.h, deal_locate). The
+  // wgmma_ws and wgmma_tma, several elements, split: FlashMLA's dealing instead (tc.h, deal_locate). The
   // elements' tiles (and a fixed cost each) are concatenated and dealt to S slots, a slot's
   // block walking the elements it touches, so S = SMs / m-groups gives one wave of equal
   // work (at least 2: layout_of reads num_splits > 1 as dealt). num_splits is S here, and
@@ -117,12 +131,14 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
   // whose blocks outnumber the SMs, where the longest element's block would otherwise run all
   // its tiles alone at the end (batch 32, heads 64, q_len 33: 1,056 blocks, one of 1,024
   // tiles).
-  const bool dealt = path == kPathWgmmaWs && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
+  const bool dealt =
+      (path == kPathWgmmaWs || path == kPathWgmmaTma) && p.batch > 1 && (splits > 1 || base_blocks > num_sms);
   if (dealt) {
     const int64_t max_tiles = (p.kv_cols + n - 1) / n;
     splits = int(max(int64_t(2), min(int64_t(num_sms / groups), p.batch * max(int64_t(1), max_tiles / min_split_tiles(path)))));
-    // tc_attn_ws_deal's shared memory holds more before the parents
-    plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
+    // tc_attn_ws_deal's shared memory holds more before the parents (tc_attn_tma_deal's does not)
+    if (path == kPathWgmmaWs)
+      plan.smem_bytes = ws::kBaseBytesDeal + 4 * min(p.q_len, (optin - ws::kBaseBytesDeal) / 4);
   }
   plan.num_splits = splits;
   const int64_t keys_all = dealt ? int64_t(p.batch) * p.kv_cols : p.kv_cols;
@@ -139,6 +155,7 @@ int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t s
   if (plan.num_splits > 1 && workspace == nullptr) return int(cudaErrorInvalidValue);
   int err = plan.path == kPathWgmma     ? tc_launch_wgmma(p, plan, workspace, stream)
             : plan.path == kPathWgmmaWs ? tc_launch_wgmma_ws(p, plan, workspace, stream)
+            : plan.path == kPathWgmmaTma ? tc_launch_wgmma_tma(p, plan, workspace, stream)
             : plan.path == kPathWgmmaT  ? tc_launch_wgmma_t(p, plan, workspace, stream)
                                         : tc_launch_mma(p, plan, workspace, stream);
   const Layout l = layout_of(p, plan);

@@ -12,16 +12,19 @@
 //                      producer warpgroup (mbarriers) and two consumer warpgroups on
 //                      alternate tiles, so one's softmax overlaps the other's MMAs; and
 //                      tc_attn_ws_deal, the same over a ragged batch's dealt tiles
+//   tc_wgmma_tma.cu    tc_attn_ws's two consumers alone (sm_90a): tc_attn_tma, each refilling
+//                      by TMA what it frees (a contiguous cache), and tc_attn_tma_deal
 //   tc_merge.h         the log-sum-exp merge of split partials, one kernel for every path
 //   tc_host.h          the host pieces the .cu files share, the paths' launchers
 //   tc.cu              the plan (the path and tile chosen once, recorded in Plan::path), the
 //                      launch through the path's launcher, the merge
 //
-// Four paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
+// Five paths, one contract, chosen at run time (plan_tc): mma.sync m16n8k16 for sm_80 and
 // every later architecture, and on compute capability 9.0 (built as sm_90a) warpgroup MMAs
 // with the query rows on wgmma's M, which is 64: tc_attn_ws (a producer warpgroup, two
-// consumers on alternate tiles) and, where every element's keys fit in two tiles,
-// tc_attn_wg (both warpgroups in one phase). tc_attn_wgt, the keys on M and the rows on N
+// consumers on alternate tiles; for a contiguous cache tc_attn_tma, the consumers alone)
+// and, where every element's keys fit in two tiles, tc_attn_wg (both warpgroups in one
+// phase). tc_attn_wgt, the keys on M and the rows on N
 // (S^T = K Q^T, O^T = V^T P^T: no padding of groups <= 48 rows), measured slower than
 // tc_attn_wg where it was meant to win, runs only when pinned. All share the rows, the
 // splits, the gather, the tree mask, the NaN handling and the merge described here.
@@ -101,8 +104,9 @@ struct TcArgs {
   int R;           // query rows an element: heads * q_len
   int group_rows;  // rows an m-group (multiple of 16, <= 64)
   int slots;       // 0: one block per (m-group, element), written directly; else partial slots
-  int deal;        // dealt mode (tc_attn_ws_deal, batch > 1): S, the slots the concatenated tiles are dealt to
-                   // (grid y = S, partial slots = S + batch); 0: locate()'s per-element slots
+  int deal;        // dealt mode (tc_attn_ws_deal, tc_attn_tma_deal; batch > 1): S, the slots the
+                   // concatenated tiles are dealt to (grid y = S, partial slots = S + batch); 0:
+                   // locate()'s per-element slots
   int parent_cap;  // parent entries staged in shared memory
   int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
   float* ws_o;     // slots x R x 512, normalised partial outputs
@@ -110,9 +114,10 @@ struct TcArgs {
   int2* meta;      // batch: (first slot, splits) of each element
 };
 
-// tc_attn_ws's third argument: on a contiguous cache, kv as a [pool_rows, 576] bf16 tensor, boxes
-// of 64 dims x 64 rows in the planes' 128-byte swizzle, so that a prefix tile is nine TMA copies
-// (a __grid_constant__ argument: the TMA unit reads it in place). on 0: every tile by cp.async.
+// tc_attn_ws's and tc_attn_tma's third argument: on a contiguous cache, kv as a [pool_rows,
+// 576] bf16 tensor, boxes of 64 dims x 64 rows in the planes' 128-byte swizzle, so that a
+// prefix tile is nine TMA copies (a __grid_constant__ argument: the TMA unit reads it in
+// place). on 0: every tile by cp.async.
 struct KvMap {
   CUtensorMap map;
   int on;
@@ -177,7 +182,7 @@ __device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* i
   }
 }
 
-// Dealt mode (TcArgs::deal = S > 0; tc_attn_ws_deal, batch > 1, FlashMLA's dealing): the
+// Dealt mode (TcArgs::deal = S > 0; tc_attn_ws_deal and tc_attn_tma_deal, batch > 1, FlashMLA's dealing): the
 // elements' work is concatenated, element b taking kSplitOverheadTiles virtual positions (a
 // piece's fixed cost) followed by deal_tiles(b) real ones, T positions in all, and slot s
 // covers positions [floor(s T / S), floor((s + 1) T / S)) (S capped at T). A piece is a slot's share of one

@@ -1,7 +1,7 @@
 // tc's host side shared by its files: the plan's derived layout, the kernel arguments, one
 // kernel's launch, and the launchers of the paths, each in a .cu of its own (tc_mma.cu,
-// tc_wgmma.cu, tc_wgmma_t.cu, tc_wgmma_ws.cu) so that nvcc compiles them in parallel;
-// tc.cu plans, picks the path's launcher and merges the splits.
+// tc_wgmma.cu, tc_wgmma_t.cu, tc_wgmma_ws.cu, tc_wgmma_tma.cu) so that nvcc compiles them
+// in parallel; tc.cu plans, picks the path's launcher and merges the splits.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -14,24 +14,27 @@ int tc_launch_mma(const Params& p, const Plan& plan, void* workspace, cudaStream
 int tc_launch_wgmma(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
 int tc_launch_wgmma_t(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
 int tc_launch_wgmma_ws(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
+int tc_launch_wgmma_tma(const Params& p, const Plan& plan, void* workspace, cudaStream_t stream);
 
 namespace {
 
 // tc's paths (Plan::path; verify_attn/registry.py names them): mma.sync runs from sm_80 up,
-// wgmma, wgmma_t (the transposed MMAs for few rows) and wgmma_ws (warp-specialized: a
-// producer warpgroup and two consumers on alternate tiles) on compute capability 9.0 alone,
+// wgmma, wgmma_t (the transposed MMAs for few rows), wgmma_ws (warp-specialized: a
+// producer warpgroup and two consumers on alternate tiles) and wgmma_tma (the same two
+// consumers alone, each refilling by TMA what it frees) on compute capability 9.0 alone,
 // where the build compiles sm_90a.
 constexpr int kPathMma = 0;
 constexpr int kPathWgmma = 1;
 constexpr int kPathWgmmaT = 2;
 constexpr int kPathWgmmaWs = 3;
+constexpr int kPathWgmmaTma = 4;
 
 inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 
 struct Layout {  // the plan's derived values, recomputed identically by plan and launch
   int R, groups, group_rows;
   int slots;        // partial slots in the workspace (0: none, written directly)
-  int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws, batch > 1, splits > 1); else 0
+  int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws or wgmma_tma, batch > 1, splits > 1); else 0
   int grid_y;       // blocks a m-group
   int merge_parts;  // warps the merge gives a row (1, 2 or 4)
   int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
@@ -42,10 +45,12 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   l.R = p.heads * p.q_len;
   l.groups = (l.R + kRows - 1) / kRows;
   l.group_rows = ((l.R + l.groups - 1) / l.groups + 15) / 16 * 16;
-  // wgmma_ws with batch > 1 deals num_splits slots over the concatenated elements (tc.h,
+  // wgmma_ws and wgmma_tma with batch > 1 deal num_splits slots over the concatenated elements (tc.h,
   // deal_locate): piece (s, b) writes partial s + b, so S + batch of them; every other split
   // plan gives each element num_splits slots of its own.
-  l.deal = plan.path == kPathWgmmaWs && p.batch > 1 && plan.num_splits > 1 ? plan.num_splits : 0;
+  l.deal = (plan.path == kPathWgmmaWs || plan.path == kPathWgmmaTma) && p.batch > 1 && plan.num_splits > 1
+               ? plan.num_splits
+               : 0;
   l.slots = l.deal ? l.deal + p.batch : plan.num_splits > 1 ? plan.num_splits * p.batch : 0;
   l.grid_y = l.deal ? l.deal : l.slots ? l.slots : p.batch;
   l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
@@ -76,30 +81,39 @@ inline TcArgs tc_args(const Params& p, const Plan& plan, void* workspace, int of
   return a;
 }
 
-// m.map for a contiguous cache (KvMap); false where the driver lacks the encoder or the tensor
-// does not fit a tensor map (paged, unaligned, 2^31 rows or more): cp.async then.
-inline bool encode_kv_map(const Params& p, CUtensorMap* map) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static const Encode encode = [] {  // the driver's, once a process (no link against libcuda)
+using KvMapEncode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+// The driver's cuTensorMapEncodeTiled, fetched once a process (no link against libcuda); null
+// where the driver lacks it.
+inline KvMapEncode kv_map_encoder() {
+  static const KvMapEncode encode = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found;
     if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
             cudaSuccess ||
         found != cudaDriverEntryPointSuccess)
       fn = nullptr;
-    return reinterpret_cast<Encode>(fn);
+    return reinterpret_cast<KvMapEncode>(fn);
   }();
-  if (encode == nullptr || p.kv_indices != nullptr || (reinterpret_cast<uintptr_t>(p.kv) & 15) != 0 ||
-      p.pool_rows <= 0 || p.pool_rows > INT32_MAX)
-    return false;
+  return encode;
+}
+// Whether kv can be a tensor map (KvMap): a contiguous cache, 16-byte aligned, under 2^31 rows,
+// and a driver with the encoder. plan_tc asks it for the path that loads every unmasked tile by
+// TMA (wgmma_tma).
+inline bool kv_map_fits(const Params& p) {
+  return kv_map_encoder() != nullptr && p.kv_indices == nullptr && (reinterpret_cast<uintptr_t>(p.kv) & 15) == 0 &&
+         p.pool_rows > 0 && p.pool_rows <= INT32_MAX;
+}
+// m.map for a contiguous cache (KvMap); false where kv_map_fits is not: cp.async then.
+inline bool encode_kv_map(const Params& p, CUtensorMap* map) {
+  if (!kv_map_fits(p)) return false;
   const cuuint64_t dims[2] = {kKeyDim, cuuint64_t(p.pool_rows)};  // innermost first
   const cuuint64_t strides[1] = {kRowBytes};                      // bytes from one row to the next
   const cuuint32_t box[2] = {64, 64}, steps[2] = {1, 1};           // a plane: 64 dims (128 B) x 64 rows
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv), dims, strides, box, steps,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+  return kv_map_encoder()(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<uint16_t*>(p.kv), dims, strides, box,
+                          steps, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                          CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 // kernel<<<grid, threads, smem, stream>>>(p, a, extra...), launched so that it may overlap the stream's

@@ -85,6 +85,22 @@ __device__ __forceinline__ void issue_qk(float (&d)[C / 2], uint64_t da, uint64_
     }
   commit();
 }
+// A tile at the tree rows cleaned in shared memory: non-finite values zeroed (a key a row cannot
+// see must not reach its output through 0 * inf) and their keys marked in *bad (bit k <-> the
+// tile's key k: a row that sees one gets NaN). Chunk-major planes (at()); thread t of the
+// Step cleaning threads takes chunks t, t + Step, ...; bad[s]: the tile's word.
+template <int Step>
+__device__ __forceinline__ void zero_nonfinite_tile(uint8_t* tile, uint64_t* bad, int s, int t) {
+  uint4* rows = reinterpret_cast<uint4*>(tile);
+  for (int c = t; c < N * kChunks; c += Step) {
+    uint4 v = rows[c];
+    const bool nonfinite = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
+    if (nonfinite) {
+      rows[c] = v;
+      atomicOr(reinterpret_cast<unsigned long long*>(&bad[s]), 1ull << ((c >> 3) & (N - 1)));
+    }
+  }
+}
 // The block's keys and their gather, shared by the sm_90a kernels (tc_attn_wg, tc_attn_wgt):
 // the work (block_work), the group's query rows loaded once, tiles of N keys walked from the
 // top of the range down, each gathered by cp.async into the chunk-major planes above (one row
@@ -183,15 +199,7 @@ struct Tiles {
   // row cannot see must not reach its output through 0 * inf), their keys marked in s_bad
   // (a row that sees one gets NaN); ends on a barrier. The same contract as tc_attn.
   __device__ void clean(int j) {
-    uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + (j & 1) * kTileBytes);
-    for (int c = tid; c < N * kChunks; c += kThreads) {
-      uint4 v = rows[c];
-      const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-      if (bad) {
-        rows[c] = v;
-        atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[j & 1]), 1ull << ((c >> 3) & (N - 1)));
-      }
-    }
+    zero_nonfinite_tile<kThreads>(smem + kOffKV + (j & 1) * kTileBytes, s_bad, j & 1, tid);
     fence_smem();
     __syncthreads();
   }

@@ -34,10 +34,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   Work wk;
   if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
   Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
+  bk.set_rows(p, a);
   bk.key_lo = wk.key_lo;
   bk.ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
   const int P = element_prefix(p, wk.b);
@@ -50,16 +47,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const uint32_t sQ = sbase + kOffQ;
   volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
   auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
-  if (tid == 0) {
-    mbar_init(full0, 128);       // the producer's 128 threads, one arrival each a tile
-    mbar_init(full0 + 8, 128);
-    mbar_init(empty0, 128);  // WG0's threads, once each is done with the stage's tile
-    mbar_init(empty0 + 8, 128);
-    mbar_init(empty1, 128);  // WG1's
-    mbar_init(empty1 + 8, 128);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    *abort = 0;
-  }
+  if (tid == 0) init_stages(Stages{full0, empty0, empty1, sbase + kOffKV, abort});
   __syncthreads();  // the mbarriers initialised; the last block-wide barrier
 
   if (warp >= 8) {
@@ -141,15 +129,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         if (pt == 0) s_bad[s] = 0;
         cp_async_wait_every();
         bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
-        uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
-        for (int c = pt; c < N * kChunks; c += 128) {
-          uint4 v = rows[c];
-          const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-          if (bad) {
-            rows[c] = v;
-            atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
-          }
-        }
+        wg::zero_nonfinite_tile<128>(smem + kOffKV + s * kTileBytes, s_bad, s, pt);
         if (pt < ntok)
           s_mask[s * kRows + pt] = walk.word(bk.tile_t0(j), N, bk.mask_from, P, wk.key_hi, a.parent_cap, s_parent, parent_g);
         fence_smem();  // the zeroed values, for wgmma's reads
@@ -283,10 +263,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
   deal_block(p, a, N, info, warp, d);
   if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
   Block bk;
-  bk.R0 = blockIdx.x * a.group_rows;
-  bk.rows_valid = min(a.group_rows, a.R - bk.R0);
-  bk.heads = p.heads;
-  bk.i_lo = bk.R0 / p.heads;
+  bk.set_rows(p, a);
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
   uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
   const Stages st{sbase + kOffFull, sbase + kOffEmpty, sbase + kOffEmpty1, sbase + kOffKV,
@@ -353,8 +330,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       // every earlier cp.async of the thread).
       if (ntiles > 0) {
         if (ph & 4) {  // both consumers' releases
-          mbar_wait(st.empty0, (ph & 1) ^ 1, st.abort);
-          mbar_wait(st.empty1, (ph & 1) ^ 1, st.abort);
+          st.wait_released(0, (ph & 1) ^ 1);
         }
         int64_t qrow[4];
 #pragma unroll
@@ -375,8 +351,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
       for (int j = 0; j < pc[kPcTiles]; ++j) {
         const int s = j & 1;
         if (j >= 2 || (j == 1 && (ph & 8))) {  // the stage's previous use released by both consumers
-          mbar_wait(st.empty0 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
-          mbar_wait(st.empty1 + 8 * s, ((ph >> s) ^ (j >> 1) ^ 1) & 1, st.abort);
+          st.wait_released(s, ((ph >> s) ^ (j >> 1) ^ 1) & 1);
         }
         load_rows(st.stage(s), row, p.kv, rg, x);
         if (j + 1 < pc[kPcTiles]) rows_of(j + 1, row);  // the next tile's offsets while this one lands
@@ -414,7 +389,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4);
+    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4, ReleaseToProducer{st});
 
     // Row sums over the quad and the two warpgroups (both hold the same final maximum), in the
     // piece's s_l buffer: the other warpgroup may still read the previous piece's after the

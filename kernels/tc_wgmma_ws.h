@@ -1,7 +1,8 @@
 // tc's warp-specialized sm_90a path: a cp.async producer warpgroup and two consumer
 // warpgroups that take alternate tiles (ping-pong) (the kernel: tc_wgmma_ws.cu).
-// What tc runs on compute capability 9.0 (path 3) but where every element's keys fit in two
-// tiles (kernels/tc.cu says why, with the H200's measurements).
+// What tc runs on compute capability 9.0 (path 3) for paged caches (and trees over 65
+// tokens), but where every element's keys fit in two tiles (kernels/tc.cu says why, with the
+// H200's measurements); a contiguous cache runs its consumers alone (tc_wgmma_tma.cu, path 4).
 #pragma once
 #include "tc_wgmma_rows.h"
 
@@ -287,6 +288,19 @@ __device__ __forceinline__ void wait_one() { asm volatile("wgmma.wait_group.sync
 // What a consumer knows of the block (the same for both warpgroups).
 struct Block {
   int R0, rows_valid, i_lo, heads, key_lo, ntiles, mask_from;
+  // The block's rows (its m-group): the same for every key range it runs.
+  __device__ void set_rows(const Params& p, const TcArgs& a) {
+    R0 = blockIdx.x * a.group_rows;
+    rows_valid = min(a.group_rows, a.R - R0);
+    heads = p.heads;
+    i_lo = R0 / p.heads;
+  }
+  // A key range of element wk.b, whose prefix is P.
+  __device__ void set_range(const Work& wk, int P) {
+    key_lo = wk.key_lo;
+    ntiles = wk.key_hi > wk.key_lo ? (wk.key_hi - wk.key_lo + N - 1) / N : 0;
+    mask_from = min(P, wk.key_hi);
+  }
   __device__ int tile_t0(int j) const { return key_lo + (ntiles - 1 - j) * N; }
   __device__ bool tile_masked(int j) const { return tile_t0(j) + N > mask_from; }
 };
@@ -383,6 +397,11 @@ struct Stages {
   uint32_t kv0;            // stage s's planes: + s kTileBytes
   volatile uint32_t* abort;
   __device__ uint32_t stage(int s) const { return kv0 + s * kTileBytes; }
+  // The phase of parity `parity` of stage s released by both consumers.
+  __device__ void wait_released(int s, uint32_t parity) const {
+    mbar_wait(empty0 + 8 * s, parity, abort);
+    mbar_wait(empty1 + 8 * s, parity, abort);
+  }
 };
 
 // Producer: row rg + 16 i of a 64-row plane set at dst, 9 x 16 bytes (its chunk x of each
@@ -408,15 +427,7 @@ __device__ __forceinline__ void clean_tile(uint8_t* smem, const Stages& st, int 
   if (pt == 0) s_bad[s] = 0;
   cp_async_wait_every();
   bar_sync<kBarProd, 128>();  // every copy of the tile landed; s_bad cleared
-  uint4* rows = reinterpret_cast<uint4*>(smem + kOffKV + s * kTileBytes);
-  for (int c = pt; c < N * kChunks; c += 128) {
-    uint4 v = rows[c];
-    const bool bad = zero_nonfinite(v.x) | zero_nonfinite(v.y) | zero_nonfinite(v.z) | zero_nonfinite(v.w);
-    if (bad) {
-      rows[c] = v;
-      atomicOr(reinterpret_cast<unsigned long long*>(&s_bad[s]), 1ull << ((c >> 3) & (N - 1)));
-    }
-  }
+  wg::zero_nonfinite_tile<128>(smem + kOffKV + s * kTileBytes, s_bad, s, pt);
   if (pt < ntok) s_mask[s * kRows + pt] = word();
   fence_smem();  // the zeroed values, for wgmma's reads
   mbar_arrive(st.full0 + 8 * s);
@@ -430,12 +441,25 @@ struct ConsumerSmem {
   float* sc;  // [2][kRows]
 };
 
+// A consumer's release of a stage: warpgroup W is done with stage S, which held tile j
+// (planes_of(W, S) are free). tc_attn_ws_deal arrives on the stage's empty barrier for the
+// producer; tc_attn_tma refills them itself.
+struct ReleaseToProducer {
+  const Stages& st;
+  template <int W, int S>
+  __device__ __forceinline__ void done(int) const {
+    mbar_arrive((W == 0 ? st.empty0 : st.empty1) + 8 * S);
+  }
+};
+
 // Consumers: the tiles of one key range (bk) in pairs, O, m_run and l_run carried. Pair k is
 // use u_0 + k of stage 0 and u_1 + k of stage 1, u_s the stage's earlier uses by the block
-// (their parities: bits 0 and 1 of ph; 0 in a block of one range).
+// (their parities: bits 0 and 1 of ph; 0 in a block of one range). rel: each release
+// (ReleaseToProducer).
+template <class Release>
 __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2], float (&l_run)[2], const Block& bk,
                                               uint32_t ph, const Stages& st, const ConsumerSmem& cs, uint64_t dq,
-                                              float qk_scale, int w, int wq, int g, int t4) {
+                                              float qk_scale, int w, int wq, int g, int t4, const Release& rel) {
   const int ntiles = bk.ntiles;
   const uint32_t sP0 = st.stage(0) + 8 * kPlane, sP1 = st.stage(1) + 8 * kPlane;  // P over each stage's rope plane
   for (int k = 0; 2 * k < ntiles; ++k) {
@@ -465,14 +489,14 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       issue_pv_rs(o, pa, st.stage(0), 0);
       wait_all();
       pin(o);
-      mbar_arrive(st.empty0);  // done with stage 0
+      rel.template done<0, 0>(2 * k);
       if (has_b) {
         // Tile b (WG1's): its factor, then P_b from stage 1's rope plane.
         issue_peer_pv<kBarP1>(o, m_run, l_run, sc, cs.m + kRows, cs.sc + kRows, st.full0 + 8, par1, st.abort, sP1,
                               st.stage(1), 0, wq, g);
         wait_all();
         pin(o);
-        mbar_arrive(st.empty0 + 8);  // done with stage 1
+        rel.template done<0, 1>(2 * k + 1);
       }
     } else if (has_b) {
       // S of tile b goes to the tensor cores during WG0's softmax of tile a: once S of tile a
@@ -497,7 +521,7 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       bar_arrive<kBarP1, kConsumerThreads>();  // P_b, m_b, sc_b visible to WG0
       wait_all();
       pin(o);
-      mbar_arrive(st.empty1);  // done with stage 0 (S of tile b is done too: Q is free for the next range)
+      rel.template done<1, 0>(2 * k);  // S of tile b is done too: Q is free for the next range
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         l_run[h] = l_run[h] * sc[h] + sum[h];
@@ -507,13 +531,13 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       issue_pv_rs(o, pa, st.stage(1), 1);
       wait_all();
       pin(o);
-      mbar_arrive(st.empty1 + 8);  // done with stage 1
+      rel.template done<1, 1>(2 * k + 1);
     } else {
       // The last tile of an odd count is WG0's: only its P_a applied to these columns.
       issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
       wait_all();
       pin(o);
-      mbar_arrive(st.empty1);  // done with stage 0
+      rel.template done<1, 0>(2 * k);
     }
   }
 }

@@ -1,7 +1,8 @@
-"""A small model of the synchronization of the warp-specialized kernels (kernels/tc_wgmma_ws.h),
-shared by tests/test_dealing.py and tests/test_refill.py: mbarriers with phases and transaction
-bytes, named barriers, and a random scheduler over threads written as generators (each `yield`
-is a point where any other thread may run next)."""
+"""A small model of the synchronization of the warp-specialized kernels (kernels/tc_wgmma_ws.h,
+tc_wgmma_tma.cu), shared by tests/test_dealing.py, test_refill.py and test_tma_refill.py:
+mbarriers with phases and transaction bytes, named barriers, a random scheduler over threads
+written as generators (each `yield` is a point where any other thread may run next), shared
+memory with its copies in flight, and the consumer warpgroups' pair schedule."""
 
 
 class Mbar:
@@ -84,3 +85,198 @@ def run(threads, rng, background=(), steps=200000):
         except StopIteration:
             live.remove(t)
     raise AssertionError("deadlock (or far too slow)")
+
+
+class Smem:
+    """Shared memory as keys (a plane of a stage, a mask, a plane of Q), each split in `slices`
+    (one a modelled thread: what its cp.async writes), with who reads each and the writes in
+    flight, and the copies in flight in issue order (`ops`: cp.async and TMA boxes, and
+    cp.async.mbarrier.arrive.noinc arrivals, landed by `engine` in any order that the hardware
+    allows). Asserted: nothing is written while read, nothing is read while a write to it is in
+    flight, every read sees the value it was meant for. `early` counts TMA boxes issued into a
+    stage while a consumer still read other planes of it."""
+
+    def __init__(self, slices, rng):
+        self.T, self.rng = slices, rng
+        self.content, self.readers, self.inflight = {}, {}, {}
+        self.ops, self.seq, self.early = [], 0, 0
+
+    def key(self, k):
+        self.content.setdefault(k, [None] * self.T)
+        self.readers.setdefault(k, [])
+        self.inflight.setdefault(k, 0)
+        return k
+
+    def read_begin(self, who, k, want):
+        self.key(k)
+        assert self.inflight[k] == 0, f"{who} reads {k} while a write to it is in flight"
+        assert all(v == want for v in self.content[k]), f"{who} reads {k}: {self.content[k]}, meant {want}"
+        self.readers[k].append(who)
+
+    def read_end(self, who, k, want):
+        assert all(v == want for v in self.content[k]), f"{k} changed under {who}: {self.content[k]}, meant {want}"
+        self.readers[k].remove(who)
+
+    def reads(self, who, ks, want):
+        """A read of several keys by one instruction stream, from issue to wait."""
+        for k in ks:
+            self.read_begin(who, k, want)
+        yield
+        for k in ks:
+            self.read_end(who, k, want)
+
+    def write_issue(self, who, k):
+        self.key(k)
+        assert not self.readers[k], f"{who} writes {k} while {self.readers[k]} read it"
+        self.inflight[k] += 1
+
+    def write_land(self, k, slices, value):
+        assert not self.readers[k], f"a write lands in {k} while {self.readers[k]} read it"
+        self.inflight[k] -= 1
+        for i in slices:
+            self.content[k][i] = value
+
+    def generic_write(self, who, k, slices, value):
+        """st.shared by a thread or a warpgroup."""
+        self.write_issue(who, k)
+        yield
+        self.write_land(k, slices, value)
+
+    def _op(self, **kw):
+        self.seq += 1
+        self.ops.append(dict(kw, seq=self.seq))
+
+    def cp_async(self, who, t, k, value):
+        """Thread t's 16-byte copies of its slice of k."""
+        self.write_issue(who, k)
+        self._op(kind="copy", cp=t, key=k, slices=[t], value=value)
+
+    def tma(self, who, k, value, bar, use):
+        """A box: the whole of k, counted on bar's transaction bytes for its phase `use`."""
+        self.write_issue(who, k)
+        self.early += any(self.readers.get((k[0], p)) for p in range(9))
+        self._op(kind="copy", cp=None, key=k, slices=range(self.T), value=value, bar=bar, use=use)
+
+    def arrive_cp_async(self, t, bar, use):
+        """cp.async.mbarrier.arrive.noinc: lands once thread t's earlier copies did."""
+        self._op(kind="arrive", pt=t, bar=bar, use=use)
+
+    def cp_pending(self, t, before=None):
+        return any(o["kind"] == "copy" and o["cp"] == t and (before is None or o["seq"] < before) for o in self.ops)
+
+    def engine(self):
+        """Lands one ready copy or arrival at a time, in any order (a background thread of run)."""
+        while True:
+            ready = [o for o in self.ops if o["kind"] == "copy" or not self.cp_pending(o["pt"], o["seq"])]
+            if ready:
+                o = self.rng.choice(ready)
+                self.ops.remove(o)
+                if o["kind"] == "copy":
+                    self.write_land(o["key"], o["slices"], o["value"])
+                    if o.get("bar"):
+                        o["bar"].complete_tx(1, o["use"])
+                else:
+                    o["bar"].arrive(o["use"])
+            yield
+
+
+def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, uses=(0, 0), tag=None, q="Q",
+              p1_wait=True):
+    """tc_attn_ws's two consumer warpgroups over a range of n tiles (kernels/tc_wgmma_ws.h, the
+    pair schedule; consume_tiles), as generators WG0, WG1 reading through m (Smem, m.T slices a
+    key): full[s] the stages' barriers, bars the named barriers, masked(j) whether tile j's
+    softmax reads its stage's mask. release(w, s, j) (a generator) runs where warpgroup w is done
+    with stage s holding tile j; start(w) (a generator) first; after_s_b(j) (a generator, a
+    mutant's hook) where WG1's S of tile j + 1 is done. uses: the stages' uses before the range
+    (its pair k is use uses[s] + k of stage s); tag(j): what tile j's planes hold (j); q: what
+    Q's planes hold. Each warpgroup also posts its tile's row maxima and factors (s_m, s_sc:
+    ("m", w) here) with its P and the peer reads them after the same named barrier
+    (issue_peer_pv); the next tile's post overwrites them after the peer's read (ordered by the
+    named barriers and by the stage's full barrier, which waits for the peer's release).
+    p1_wait=False: a mutant, WG0 goes on past P1 without waiting for WG1's post."""
+    Q = [("q", p) for p in range(9)]
+    tag = tag or (lambda j: j)
+
+    def stage(s, planes):
+        return [(s, p) for p in planes]
+
+    def softmax(who, s, j):
+        if masked(j):
+            yield from m.reads(who, [(s, "mask")], tag(j))
+
+    def wg0():
+        if start:
+            yield from start(0)
+        for k in range((n + 1) // 2):
+            a, b = 2 * k, 2 * k + 1
+            has_b = b < n
+            yield from wait_phase(full[0], uses[0] + k)
+            yield from m.reads("WG0 S_a", Q, q)
+            yield from m.reads("WG0 S_a", stage(0, range(9)), tag(a))
+            if has_b:
+                yield from bars.bar("S0", 0, False)
+            yield from softmax("WG0 softmax_a", 0, a)
+            yield from m.generic_write("WG0 P_a", (0, 8), range(m.T), ("P", tag(a)))
+            yield from m.generic_write("WG0 m_a", ("m", 0), range(m.T), ("m", tag(a)))
+            yield from bars.bar("P0", 0, False)
+            yield from m.reads("WG0 PV_a", stage(0, range(4)), tag(a))
+            yield from release(0, 0, a)
+            if has_b:
+                yield from bars.bar("P1", 0, p1_wait)
+                yield from m.reads("WG0 m_b", [("m", 1)], ("m", tag(b)))
+                yield from wait_phase(full[1], uses[1] + k)
+                m.read_begin("WG0 PV_b", (1, 8), ("P", tag(b)))
+                yield from m.reads("WG0 PV_b", stage(1, range(4)), tag(b))
+                m.read_end("WG0 PV_b", (1, 8), ("P", tag(b)))
+                yield from release(0, 1, b)
+        yield from bars.bar("End", 0, True)
+
+    def wg1():
+        if start:
+            yield from start(1)
+        for k in range((n + 1) // 2):
+            a, b = 2 * k, 2 * k + 1
+            if b < n:
+                yield from bars.bar("S0", 1, True)
+                yield from wait_phase(full[1], uses[1] + k)
+                s_b = Q + stage(1, range(9))
+                for kk in s_b[:9]:
+                    m.read_begin("WG1 S_b", kk, q)
+                for kk in s_b[9:]:
+                    m.read_begin("WG1 S_b", kk, tag(b))
+                yield from bars.bar("P0", 1, True)
+                yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
+                yield from wait_phase(full[0], uses[0] + k)
+                pv_a = stage(0, range(4, 8))
+                for kk in pv_a:
+                    m.read_begin("WG1 PV_a", kk, tag(a))
+                m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
+                yield
+                for kk in s_b[:9]:  # S_b done (wait_one), PV_a in flight
+                    m.read_end("WG1 S_b", kk, q)
+                for kk in s_b[9:]:
+                    m.read_end("WG1 S_b", kk, tag(b))
+                if after_s_b:
+                    yield from after_s_b(a)
+                yield from softmax("WG1 softmax_b", 1, b)
+                yield from m.generic_write("WG1 P_b", (1, 8), range(m.T), ("P", tag(b)))
+                yield from m.generic_write("WG1 m_b", ("m", 1), range(m.T), ("m", tag(b)))
+                yield from bars.bar("P1", 1, False)
+                yield
+                for kk in pv_a:
+                    m.read_end("WG1 PV_a", kk, tag(a))
+                m.read_end("WG1 PV_a", (0, 8), ("P", tag(a)))
+                yield from release(1, 0, a)
+                yield from m.reads("WG1 PV_b", stage(1, range(4, 8)), tag(b))
+                yield from release(1, 1, b)
+            else:
+                yield from bars.bar("P0", 1, True)
+                yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
+                yield from wait_phase(full[0], uses[0] + k)
+                m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
+                yield from m.reads("WG1 PV_a", stage(0, range(4, 8)), tag(a))
+                m.read_end("WG1 PV_a", (0, 8), ("P", tag(a)))
+                yield from release(1, 0, a)
+        yield from bars.bar("End", 1, True)
+
+    return wg0(), wg1()

@@ -62,6 +62,16 @@ def test_unknown_impl_is_refused(good):
         call(good, impl="fast")
 
 
+@pytest.mark.parametrize("impl", registry.names())
+def test_an_impl_that_cannot_run_here_is_a_value_error_naming_it(good, impl):
+    """Not the dispatcher's NotImplementedError: the registry's reason, with the name and device."""
+    reason = ops.unsupported(impl, good.q.device.type)
+    if reason is None:
+        pytest.skip(f"{impl} runs on {good.q.device.type}")
+    with pytest.raises(ValueError, match=f"impl='{impl}' cannot run on these {good.q.device.type} tensors: "):
+        call(good, impl)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_mixed_devices_are_refused(good):
     with pytest.raises(ValueError, match="kv must be on cuda"):

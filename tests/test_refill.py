@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sync_model import Mbar, NamedBarriers, run, wait, wait_phase
+from sync_model import Mbar, NamedBarriers, Smem, consumers, run, wait, wait_phase
 
 
 def planes_of(w, s):
@@ -37,90 +37,20 @@ class Block:
     rest: int      # producer threads modelled besides thread 0 (each one slice of a cp.async plane)
 
 
-def simulate(blk, rng, scheme=Scheme()):
+def simulate(blk, rng, scheme=Scheme(), p1_wait=True):
     T = 1 + blk.rest
     full = [Mbar(T, "full[0]"), Mbar(T, "full[1]")]
     empty = [[Mbar(1, "empty[0]"), Mbar(1, "empty[1]")], [Mbar(1, "empty1[0]"), Mbar(1, "empty1[1]")]]  # [w][s]
     bars = NamedBarriers()
-    content = {}   # key -> the value of each producer thread's slice: (stage, plane), (stage, "mask"), ("q", plane)
-    readers = {}   # key -> who reads it now
-    inflight = {}  # key -> writes issued and not landed
-    ops = []       # copies in flight and cp.async arrivals, in issue order
-    seq = [0]
-    early = [0]    # TMA boxes issued into a stage while a consumer still read other planes of it
+    m = Smem(T, rng)  # the planes, masks and Q; the copies in flight
+    key, generic_write = m.key, m.generic_write
+    readers, inflight, content, cp_pending = m.readers, m.inflight, m.content, m.cp_pending
 
-    def key(k):
-        content.setdefault(k, [None] * T)
-        readers.setdefault(k, [])
-        inflight.setdefault(k, 0)
-        return k
+    def cp_async(pt, k, value):
+        m.cp_async(f"producer {pt} cp.async", pt, k, value)
 
-    def read_begin(who, k, want):
-        key(k)
-        assert inflight[k] == 0, f"{who} reads {k} while a write to it is in flight"
-        assert all(v == want for v in content[k]), f"{who} reads {k}: {content[k]}, meant {want}"
-        readers[k].append(who)
-
-    def read_end(who, k, want):
-        assert all(v == want for v in content[k]), f"{k} changed under {who}: {content[k]}, meant {want}"
-        readers[k].remove(who)
-
-    def reads(who, ks, want):
-        """A read of several planes by one instruction stream, from issue to wait: begin, then end."""
-        for k in ks:
-            read_begin(who, k, want)
-        yield
-        for k in ks:
-            read_end(who, k, want)
-
-    def write_issue(who, k):
-        key(k)
-        assert not readers[k], f"{who} writes {k} while {readers[k]} read it"
-        inflight[k] += 1
-
-    def write_land(k, slices, value):
-        assert not readers[k], f"a write lands in {k} while {readers[k]} read it"
-        inflight[k] -= 1
-        for i in slices:
-            content[k][i] = value
-
-    def op(**kw):
-        seq[0] += 1
-        ops.append(dict(kw, seq=seq[0]))
-
-    def cp_async(pt, k, value):  # 16 B copies of this thread's slice of k
-        write_issue(f"producer {pt} cp.async", k)
-        op(kind="copy", cp=pt, key=k, slices=[pt], value=value)
-
-    def tma(k, value, bar, use):  # a box: the whole plane, counted on bar
-        write_issue("producer 0 TMA", k)
-        early[0] += any(readers.get((k[0], p)) for p in range(9))
-        op(kind="copy", cp=None, key=k, slices=range(T), value=value, bar=bar, use=use)
-
-    def cp_pending(pt, before=None):
-        return any(o["kind"] == "copy" and o["cp"] == pt and (before is None or o["seq"] < before) for o in ops)
-
-    def landable(o):  # cp.async.mbarrier.arrive.noinc: once the thread's earlier cp.async landed
-        return o["kind"] == "copy" or not cp_pending(o["pt"], o["seq"])
-
-    def engine():  # lands one ready copy or arrival at a time, in any order
-        while True:
-            ready = [o for o in ops if landable(o)]
-            if ready:
-                o = rng.choice(ready)
-                ops.remove(o)
-                if o["kind"] == "copy":
-                    write_land(o["key"], o["slices"], o["value"])
-                    if o.get("bar"):
-                        o["bar"].complete_tx(1, o["use"])
-                else:
-                    o["bar"].arrive(o["use"])
-            yield
-
-    def generic_write(who, k, slices, value):  # st.shared by a thread or a warpgroup
-        write_issue(who, k)
-        yield
-        write_land(k, slices, value)
+    def tma(k, value, bar, use):
+        m.tma("producer 0 TMA", k, value, bar, use)
 
     def masked(j):
         return j < blk.nmasked
@@ -174,88 +104,20 @@ def simulate(blk, rng, scheme=Scheme()):
                 yield from generic_write(f"producer {pt} mask", key((s, "mask")), [pt], j)
                 full[s].arrive(u)
             else:
-                op(kind="arrive", pt=pt, bar=full[s], use=u)
+                m.arrive_cp_async(pt, full[s], u)
             yield
 
-    Q = [("q", p) for p in range(9)]
+    def release(w, s, j):  # empty[s] (WG0) or empty1[s] (WG1), for the producer
+        empty[w][s].arrive(j >> 1)
+        yield
 
-    def stage(s, planes):
-        return [(s, p) for p in planes]
-
-    def softmax(who, s, j):
-        if masked(j):
-            yield from reads(who, [(s, "mask")], j)
-
-    def wg0():
-        for k in range((blk.ntiles + 1) // 2):
-            a, b = 2 * k, 2 * k + 1
-            has_b = b < blk.ntiles
-            yield from wait_phase(full[0], k)
-            yield from reads("WG0 S_a", Q, "Q")
-            yield from reads("WG0 S_a", stage(0, range(9)), a)
-            if has_b:
-                yield from bars.bar("S0", 0, False)
-            yield from softmax("WG0 softmax_a", 0, a)
-            yield from generic_write("WG0 P_a", (0, 8), range(T), ("P", a))
-            yield from bars.bar("P0", 0, False)
-            yield from reads("WG0 PV_a", stage(0, range(4)), a)
-            empty[0][0].arrive(k)
-            if has_b:
-                yield from bars.bar("P1", 0, True)
-                yield from wait_phase(full[1], k)
-                read_begin("WG0 PV_b", (1, 8), ("P", b))
-                yield from reads("WG0 PV_b", stage(1, range(4)), b)
-                read_end("WG0 PV_b", (1, 8), ("P", b))
-                empty[0][1].arrive(k)
-        yield from bars.bar("End", 0, True)
-
-    def wg1():
-        for k in range((blk.ntiles + 1) // 2):
-            a, b = 2 * k, 2 * k + 1
-            if b < blk.ntiles:
-                yield from bars.bar("S0", 1, True)
-                yield from wait_phase(full[1], k)
-                s_b = Q + stage(1, range(9))
-                for kk in s_b[:9]:
-                    read_begin("WG1 S_b", kk, "Q")
-                for kk in s_b[9:]:
-                    read_begin("WG1 S_b", kk, b)
-                yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
-                pv_a = stage(0, range(4, 9))
-                for kk in pv_a[:4]:
-                    read_begin("WG1 PV_a", kk, a)
-                read_begin("WG1 PV_a", (0, 8), ("P", a))
-                yield
-                for kk in s_b[:9]:  # S_b done (wait_one), PV_a in flight
-                    read_end("WG1 S_b", kk, "Q")
-                for kk in s_b[9:]:
-                    read_end("WG1 S_b", kk, b)
-                yield from softmax("WG1 softmax_b", 1, b)
-                yield from generic_write("WG1 P_b", (1, 8), range(T), ("P", b))
-                yield from bars.bar("P1", 1, False)
-                yield
-                for kk in pv_a[:4]:
-                    read_end("WG1 PV_a", kk, a)
-                read_end("WG1 PV_a", (0, 8), ("P", a))
-                empty[1][0].arrive(k)
-                yield from reads("WG1 PV_b", stage(1, range(4, 8)), b)
-                empty[1][1].arrive(k)
-            else:
-                yield from bars.bar("P0", 1, True)
-                yield from wait_phase(full[0], k)
-                read_begin("WG1 PV_a", (0, 8), ("P", a))
-                yield from reads("WG1 PV_a", stage(0, range(4, 8)), a)
-                read_end("WG1 PV_a", (0, 8), ("P", a))
-                empty[1][0].arrive(k)
-        yield from bars.bar("End", 1, True)
-
-    run([producer(pt) for pt in range(T)] + [wg0(), wg1()], rng, background=[engine()])
+    wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, p1_wait=p1_wait)
+    run([producer(pt) for pt in range(T)] + [wg0, wg1], rng, background=[m.engine()])
     uses = [(blk.ntiles + 1 - s) // 2 for s in (0, 1)]
     assert [f.phase for f in full] == uses
     assert [[e.phase for e in ew] for ew in empty] == [uses, uses]
-    assert not ops
-    return early[0]
+    assert not m.ops
+    return m.early
 
 
 def blocks(rng):
@@ -304,4 +166,20 @@ def test_the_model_catches_a_broken_scheme(scheme):
             simulate(blk, rng, scheme)
         except AssertionError:
             failed += 1
+    assert failed > 0
+
+
+def test_the_model_checks_the_maxima_handoff():
+    """The row maxima and factors a consumer posts (s_m, s_sc) reach the peer through P0 / P1
+    (bar.arrive by the writer, bar.sync by the reader), and the next post overwrites them only
+    after the peer read them: every schedule above checks both. racecheck reports this handoff
+    (docs/tc.md); the model says what the barriers order. A reader that does not wait on P1
+    reads a stale post on some schedule."""
+    rng = random.Random(2)
+    failed = 0
+    for _ in range(200):
+        try:
+            simulate(Block(rng.choice([2, 4, 5]), 0, True, 1), rng, p1_wait=False)
+        except AssertionError as e:
+            failed += "m_b" in str(e)
     assert failed > 0

@@ -91,28 +91,34 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
     """tc's plan picks among its paths (Plan::path, kernels/tc.cu); every path is also an entry
     of its own pinned to it, so that it is checked and timed on every GPU that can run it, not
     only where the plan picks it. The sm_90a paths run on compute capability 9.0 alone (the
-    build compiles sm_90a there), where the plan takes wgmma_ws: its pinned variant would time
-    tc's kernel twice, and wgmma_t (slower than wgmma) is not timed, so both stay out of the
+    build compiles sm_90a there), where the plan takes wgmma_ws or wgmma_tma: their pinned variants
+    would time tc's kernel twice, and wgmma_t (slower than wgmma) is not timed, so all three stay out of the
     kernels under test and are reached by name (check --impl, measure --impl); tc_mma (every
     other GPU's path) is gated and timed beside tc, tc_wgmma (tc's path where every element's
     keys fit in two tiles) gated on every named case but not timed at Quick's long prefixes."""
     from verify_attn import grid, registry
 
     tc = registry.get("tc")
-    assert tc.paths == ("mma", "wgmma", "wgmma_t", "wgmma_ws")
+    assert tc.paths == ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma")
     pinned = {i.path_name(i.path): i for i in registry.IMPLS.values() if i.variant_of == "tc"}
     assert {n: i.name for n, i in pinned.items()} == {"mma": "tc_mma", "wgmma": "tc_wgmma", "wgmma_t": "tc_wgmma_t",
-                                                      "wgmma_ws": "tc_wgmma_ws"}
+                                                      "wgmma_ws": "tc_wgmma_ws", "wgmma_tma": "tc_wgmma_tma"}
     for impl in pinned.values():
         assert impl.paths == tc.paths and impl.cpp == "tc" and impl.cuda_sources == tc.cuda_sources
         assert impl.tolerance == tc.tolerance
         assert impl.under_test == (impl.name in ("tc_mma", "tc_wgmma")) and impl.name in grid.VARIANTS
-    for name in ("tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws"):
+    for name in ("tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma"):
         impl = registry.get(name)
         assert impl.unsupported("cuda", (9, 0)) is None
         for cc in ((8, 0), (8, 9), (10, 0), (12, 0)):
             assert impl.unsupported("cuda", cc), (name, cc)
     assert registry.get("tc_mma").unsupported("cuda", (12, 0)) is None
+    # wgmma_tma takes what its plan branch does: a contiguous cache, q_len <= 65.
+    tma = registry.get("tc_wgmma_tma")
+    assert tma.rejects(chain=False, paged=False, kv_cols=4161, q_len=65) is None
+    assert "q_len" in tma.rejects(chain=True, paged=False, kv_cols=521, q_len=66)
+    assert "pages" in tma.rejects(chain=True, paged=True, q_len=9)
+    assert registry.get("tc_wgmma_ws").rejects(chain=False, paged=True, q_len=300) is None
     from verify_attn import profile, suite
 
     for device in ("cuda", "cpu", "tiny"):

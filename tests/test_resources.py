@@ -14,6 +14,36 @@ def test_occupancy_limits():
     assert resources.occupancy("sm_120", 256, 32, 60000) == 1  # shared memory binds
 
 
+def test_a_kernel_compiled_out_is_a_stub_and_nothing_else():
+    """A trap (with the line info -lineinfo adds) is a stub; a trap among other work is not."""
+    ptx = """
+.visible .entry stub(
+	.param .u64 stub_param_0
+)
+.maxntid 256
+{
+
+	.loc	1 9 0
+	// begin inline asm
+	trap;
+	// end inline asm
+	ret;
+
+}
+.visible .entry real(
+	.param .u64 real_param_0
+)
+{
+	.reg .b32 	%r<2>;
+	mov.u32 	%r1, %tid.x;
+	@%p1 trap;
+	ret;
+
+}
+"""
+    assert resources._stubs(ptx) == {"stub"}
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
 def test_report_covers_every_kernel(tmp_path, monkeypatch):
     """Made the way the suite makes it: by a prebuild process, while the first classes run;
@@ -38,9 +68,13 @@ def test_report_covers_every_kernel(tmp_path, monkeypatch):
             kernels = resources.of_impl(report, impl, arch)
             assert kernels, f"{impl}: no kernels in the report"
             assert all(k["spill_stores"] == 0 and k["spill_loads"] == 0 for k in kernels.values()), (impl, arch)
-        ws = resources.of_impl(report, "tc", arch)["tc_attn_ws"]
+        tc = resources.of_impl(report, "tc", arch)
         if arch == "sm_90":  # setmaxnreg's pool: 2 x 128 x 224 (consumers) + 128 x 56 (producer) = 384 x 168;
-            assert ws["threads"] == 384 and ws["registers"] == 168  # fewer at launch and .inc would wait forever
+            ws = tc["tc_attn_ws"]  # fewer at launch and .inc would wait forever
+            assert ws["threads"] == 384 and ws["registers"] == 168
+        else:  # the sm_90a paths are a trap there: not reported, the portable path is
+            assert not {"tc_attn_ws", "tc_attn_ws_deal", "tc_attn_wg"} & set(tc), sorted(tc)
+            assert any(name.startswith("tc_attn<") for name in tc), sorted(tc)
         flash = resources.of_impl(report, "flash", arch)["flash_split"]
         assert flash["threads"] == 256 and 32 < flash["registers"] <= 255 and flash["smem"] > 0
         assert flash["spill_stores"] == 0 and 0 < flash["occupancy"] <= 1

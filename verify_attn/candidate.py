@@ -48,7 +48,7 @@ class Candidate:
         chain = all(is_chain(p) for p in inputs.parent.tolist())
         paged = inputs.kv_indices is not None
         reason = (ops.unsupported(self.impl, inputs.q.device.type)
-                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1]))
+                  or entry.rejects(chain, paged, 0 if paged else inputs.kv.shape[1], inputs.q.shape[1]))
         if reason is None and self.ns != NS and (entry.runner or not hasattr(getattr(torch.ops, self.ns), self.impl)):
             reason = f"the build in namespace {self.ns} has no op {self.impl}"
         return reason

@@ -132,6 +132,9 @@ def verify_attention(q: torch.Tensor, kv: torch.Tensor, parent: torch.Tensor, pr
     if lse is None:
         lse = torch.empty((batch, heads, q_len), dtype=torch.float32, device=q.device)
     validate(q, kv, parent, prefix_lens, scale, kv_indices, out, lse, check)
+    reason = unsupported(impl, q.device.type)
+    if reason:  # before the dispatcher, whose error names no implementation or device
+        raise ValueError(f"impl={impl!r} cannot run on these {q.device.type} tensors: {reason}")
     if entry.runner:
         entry.function()(q, kv, kv_indices, parent, prefix_lens, scale, out, lse)
     else:

@@ -31,6 +31,7 @@ class Impl:
     trees: str = "any"                  # "any" or "chain" (causal masks only)
     paged: bool = True                  # takes one-token pages through kv_indices
     kv_multiple: int = 1                # contiguous kv rows per element must be a multiple of this
+    max_q_len: int = 0                  # the longest tree it takes (0: any)
     min_arch: int = 0                   # lowest CUDA compute capability, e.g. 80 for mma.sync
     arch_family: tuple[int, ...] = ()   # only these capabilities' major versions, e.g. (9,)
     tolerance: str = "default"          # key of verify_attn.accuracy.TOLERANCE
@@ -74,7 +75,7 @@ class Impl:
             return getattr(importlib.import_module(module), name)(device, capability)
         return None
 
-    def rejects(self, chain: bool, paged: bool, kv_cols: int = 0) -> str | None:
+    def rejects(self, chain: bool, paged: bool, kv_cols: int = 0, q_len: int = 1) -> str | None:
         """Why this implementation does not take a case of this shape, or None."""
         if self.trees == "chain" and not chain:
             return f"{self.name} takes chain trees only (causal masks)"
@@ -82,6 +83,8 @@ class Impl:
             return f"{self.name} does not take one-token pages"
         if kv_cols % self.kv_multiple:
             return f"{self.name} reads kv in pages of {self.kv_multiple} rows: {kv_cols} rows a batch element is not a multiple"
+        if self.max_q_len and q_len > self.max_q_len:
+            return f"{self.name} takes q_len <= {self.max_q_len}, this case has {q_len}"
         return None
 
     def function(self) -> Callable:
@@ -90,10 +93,10 @@ class Impl:
 
 
 # tc's paths by Plan::path number (kernels/tc.cu).
-TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws")
+TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma")
 # tc's files: the plan and launch first (plan_tc, launch_tc), then each path's kernels, compiled
 # in parallel (kernels/tc_host.h).
-TC_SOURCES = ("tc.cu", "tc_mma.cu", "tc_wgmma.cu", "tc_wgmma_t.cu", "tc_wgmma_ws.cu")
+TC_SOURCES = ("tc.cu", "tc_mma.cu", "tc_wgmma.cu", "tc_wgmma_t.cu", "tc_wgmma_ws.cu", "tc_wgmma_tma.cu")
 
 _ENTRIES = [
     Impl("naive", "the baseline written the obvious way: scores in a global workspace, softmax, output",
@@ -101,8 +104,9 @@ _ENTRIES = [
     Impl("flash", "CUDA cores in fp32: one head a block, a warp per key, KV split and merged by lse",
          cuda_sources=("flash.cu",), cpu_sources=("cpu.cpp",), color="tab:blue"),
     Impl("tc", "tensor cores (bf16, fp32 accumulation): a cache tile shared by every head and tree row; "
-         "on compute capability 9.0 warp-specialized wgmma (a copy warpgroup, two MMA warpgroups on "
-         "alternate tiles; wgmma where every element's keys fit in two tiles), mma.sync elsewhere",
+         "on compute capability 9.0 two MMA warpgroups on alternate tiles (beside a copy warpgroup, or "
+         "for a contiguous cache each refilling by TMA what it frees; wgmma where every "
+         "element's keys fit in two tiles), mma.sync elsewhere",
          cuda_sources=TC_SOURCES, min_arch=80, tolerance="rounded_weights", color="tab:green", paths=TC_PATHS),
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
          cuda_sources=TC_SOURCES, symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
@@ -117,12 +121,19 @@ _ENTRIES = [
          "(slower than wgmma at few rows on the H200)",
          cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:cyan", paths=TC_PATHS, path=2, variant_of="tc", under_test=False),
-    # The plan's path on compute capability 9.0: pinned, it times tc's own kernel again, so it
-    # is not timed in Quick (under_test=False); `check --impl all` reaches it by name.
+    # The plan's paths on compute capability 9.0: pinned, each times tc's own kernel again where
+    # the plan takes it, so neither is timed in Quick (under_test=False); `check --impl all`
+    # reaches both by name. wgmma_tma takes what its plan branch does (kernels/tc.cu).
     Impl("tc_wgmma_ws", "tc pinned to its warp-specialized wgmma path: a cp.async producer warpgroup and two "
-         "consumer warpgroups on alternate tiles (what tc runs on the H100/H200)",
+         "consumer warpgroups on alternate tiles (what tc runs on the H100/H200 for paged caches and trees "
+         "over 65 tokens)",
          cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
          color="tab:brown", paths=TC_PATHS, path=3, variant_of="tc", under_test=False),
+    Impl("tc_wgmma_tma", "tc pinned to its wgmma path without a copy warpgroup: two consumer warpgroups on "
+         "alternate tiles, each refilling by TMA what it frees (what tc runs on the H100/H200 for a contiguous "
+         "cache and trees of up to 65 tokens)",
+         cuda_sources=TC_SOURCES, symbol="tc", min_arch=90, arch_family=(9,), tolerance="rounded_weights",
+         color="tab:pink", paths=TC_PATHS, path=4, variant_of="tc", under_test=False, paged=False, max_q_len=65),
     Impl("torch", "the plain torch composite a careful user would write instead",
          runner="verify_attn.ops:torch_composite", tolerance="rounded_weights", color="tab:orange",
          under_test=False),

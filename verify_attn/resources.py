@@ -79,6 +79,17 @@ def occupancy(arch: str, threads: int, regs: int, smem: int) -> int:
     return max(0, min(by_regs, by_threads, by_smem, lim["blocks"]))
 
 
+def _stubs(ptx: str) -> set[str]:
+    """The entries whose body is a trap and nothing else: a kernel compiled out for this
+    architecture (tc's sm_90a paths elsewhere), which has no resources worth reporting."""
+    out = set()
+    for m in re.finditer(r"\.entry\s+(\S+?)\s*\(.*?\)[^{]*\{(.*?)\n\}", ptx, re.S):
+        body = [ln.strip() for ln in m.group(2).splitlines()]
+        if [ln for ln in body if ln and not ln.startswith(("//", ".loc"))] == ["trap;", "ret;"]:
+            out.add(m.group(1))
+    return out
+
+
 def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
     flags = ["-std=c++17", *build_flags, f"-arch={BUILT_AS.get(arch, arch)}", "-I", str(path.parent)]
     ptx = subprocess.run([nvcc(), *flags, "-ptx", "-o", "-", str(path)], check=True, capture_output=True, text=True).stdout
@@ -102,15 +113,18 @@ def _compile(path: Path, arch: str, build_flags: tuple[str, ...]) -> dict:
             kernels[current]["registers"] = int(m[1])
             s = re.search(r"(\d+) bytes smem", line)
             kernels[current]["smem"] = int(s[1]) if s else 0
-    out = {}
+    out, stubs = {}, _stubs(ptx)
     for mangled, k in kernels.items():
-        if "registers" not in k or mangled not in threads:
+        if "registers" not in k or mangled not in threads or mangled in stubs:
             continue
         k["threads"] = threads[mangled] or 1024
         k["blocks_per_sm"] = occupancy(arch, k["threads"], k["registers"], k["smem"])
         k["occupancy"] = k["blocks_per_sm"] * k["threads"] / LIMITS[arch]["threads"]
         out[_short(mangled)] = k
     return out
+
+
+REPORT_FORMAT = b"2"  # what _compile keeps (2: compiled-out kernels left out); in the cache key
 
 
 def cache_path(spec=None) -> Path:
@@ -121,14 +135,15 @@ def cache_path(spec=None) -> Path:
     spec = spec or build.spec(cuda=True)
     src = build.kernels_dir()
     files = [src / n for n in spec.kernel_sources] + [src / n for n in build.headers(src)]
-    key = hashlib.sha256(json.dumps(spec.cuda_flags).encode() +
+    key = hashlib.sha256(REPORT_FORMAT + json.dumps(spec.cuda_flags).encode() +
                          b"".join(str(f.relative_to(src)).encode() + f.read_bytes() for f in files)).hexdigest()[:20]
     return build.cache_dir() / "resources" / f"{key}.json"
 
 
 def report() -> dict:
     """{arch: {file: {kernel: {registers, smem, stack, spill_stores, spill_loads, threads,
-    blocks_per_sm, occupancy}}}} for every CUDA source of the build. One process compiles at
+    blocks_per_sm, occupancy}}}} for every CUDA source of the build, the kernels a source
+    compiles out for an architecture (a trap) left out. One process compiles at
     a time (the lock beside the cached file): the suite starts this beside its builds
     (verify_attn.prebuild), and the resource benchmark then waits for it instead of compiling again."""
     from . import build
