@@ -202,59 +202,53 @@ __device__ __forceinline__ void init_block(uint32_t sbase, uint8_t* smem, const 
   *reinterpret_cast<volatile uint32_t*>(smem + kOffAbort) = 0;
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
+
 }  // namespace tma
 #endif
 
-// One key range a block (batch 1, or batches whose blocks fit the SMs unsplit).
-__global__ void __launch_bounds__(ws::kConsumerThreads, 1)
-    tc_attn_tma(Params p, TcArgs a, const __grid_constant__ KvMap kvm) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace ws;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  uint32_t sbase;
-  uint8_t* smem = smem_aligned(smem_raw, sbase);
-  const int tid = threadIdx.x;
-  Work wk;
-  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
-  if (tid == 0) tma::init_block(sbase, smem, &kvm.map);
-  const tma::Range r = tma::range_of(p, a, wk);
-  tma::start_range(p, a, r, smem, sbase, &kvm.map, tid);
-  tma::run_range(p, a, r, wk.slot, 0, smem, sbase, &kvm.map, tid);
-#else
-  __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
-#endif
-}
-
-// Dealt mode (a.deal: batch > 1, split; tc.h, deal_locate): the block runs its slot's pieces
-// one after another, each a range as above (O, m, l reset; its Q, parents, masked tiles; its
-// partial slot written). The stages' uses are counted over the block (ph, as tc_attn_ws_deal's
+// A block of either kernel: one key range (kDeal false: batch 1, or batches whose blocks fit
+// the SMs unsplit), or its slot's pieces one after another (kDeal: a.deal, batch > 1, split;
+// tc.h, deal_locate), each a range (O, m, l reset; its Q, parents, masked tiles; its partial
+// slot written). The stages' uses are counted over the block (ph, as tc_attn_ws_deal's
 // consumers); between pieces the pipeline drains (a piece's first tiles go out at its start).
-__global__ void __launch_bounds__(ws::kConsumerThreads, 1)
-    tc_attn_tma_deal(Params p, TcArgs a, const __grid_constant__ KvMap kvm) {
+template <bool kDeal>
+__device__ __forceinline__ void tma_block(const Params& p, const TcArgs& a, const CUtensorMap* map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using namespace ws;
+  using namespace tma;
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint32_t sbase;
   uint8_t* smem = smem_aligned(smem_raw, sbase);
   const int tid = threadIdx.x;
-  int* info = reinterpret_cast<int*>(smem + kOffInfo);
-  Deal d;
-  deal_block(p, a, N, info, tid >> 5, d);
-  if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
-  if (tid == 0) tma::init_block(sbase, smem, &kvm.map);
-  uint32_t ph = 0;  // bit s: the parity of stage s's uses by the earlier pieces
   Work wk;
-  while (deal_next(p, a, N, info, d, wk)) {
-    const tma::Range r = tma::range_of(p, a, wk);
-    tma::start_range(p, a, r, smem, sbase, &kvm.map, tid);
-    tma::run_range(p, a, r, wk.slot, ph, smem, sbase, &kvm.map, tid);
-    const int ntiles = r.bk.ntiles;
-    ph ^= (((ntiles + 1) >> 1) & 1) | ((ntiles >> 1) & 1) << 1;
+  if constexpr (!kDeal) {
+    if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
+    if (tid == 0) init_block(sbase, smem, map);
+    const Range r = range_of(p, a, wk);
+    start_range(p, a, r, smem, sbase, map, tid);
+    run_range(p, a, r, wk.slot, 0, smem, sbase, map, tid);
+  } else {
+    int* info = reinterpret_cast<int*>(smem + kOffInfo);
+    Deal d;
+    deal_block(p, a, N, info, tid >> 5, d);
+    if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
+    if (tid == 0) init_block(sbase, smem, map);
+    uint32_t ph = 0;  // bit s: the parity of stage s's uses by the earlier pieces
+    while (deal_next(p, a, N, info, d, wk)) {
+      const Range r = range_of(p, a, wk);
+      start_range(p, a, r, smem, sbase, map, tid);
+      run_range(p, a, r, wk.slot, ph, smem, sbase, map, tid);
+      ph ^= (((r.bk.ntiles + 1) >> 1) & 1) | ((r.bk.ntiles >> 1) & 1) << 1;
+    }
   }
 #else
   __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
 #endif
 }
+
+__global__ void __launch_bounds__(ws::kConsumerThreads, 1)
+    tc_attn_tma(Params p, TcArgs a, const __grid_constant__ KvMap kvm) { tma_block<false>(p, a, &kvm.map); }
+__global__ void __launch_bounds__(ws::kConsumerThreads, 1)
+    tc_attn_tma_deal(Params p, TcArgs a, const __grid_constant__ KvMap kvm) { tma_block<true>(p, a, &kvm.map); }
 
 }  // namespace
 
