@@ -19,9 +19,17 @@
 //   8: as 7 with 384 threads, the third warpgroup alive (it waits on an mbarrier the others
 //      arrive at when done)
 //   9: as 1 with the third warpgroup alive the same way (tc_attn_ws's row sums, :590 / :597)
+//  10: as 8 with every post a bar.sync on both sides (the 2026-12-05 test build of tc_attn_ws,
+//      which racecheck still reports at its s_m post and read)
+//  11: as 10 with setmaxnreg as tc_attn_ws has it (the third warpgroup down to 56 registers,
+//      the other two up to 224)
+//  12: as 10 with fence.proxy.async.shared::cta after each write, before its post (wgmma
+//      reads P through the async proxy, so tc_attn_ws fences before every post)
+//  13: as 10 with a stage handshake each round: the consumers wait on a full mbarrier that the
+//      third warpgroup arrives at, and arrive at an empty one it waits on (tc_attn_ws's stages)
 //
 //   nvcc -O2 -lineinfo -arch=sm_90a -o handoff docs/racecheck_handoff.cu
-//   compute-sanitizer --tool racecheck ./handoff
+//   compute-sanitizer --tool racecheck ./handoff        # every mode; ./handoff M: mode M alone
 // H200, compute-sanitizer 2025.3.1, 2026-12-02: every mode's output right. Modes 0-6 and 9:
 // no hazard. Modes 7 and 8: "30 hazards displayed (30 errors, 0 warnings)", every one a read
 // of one round (lines 66, 71, 78) against the other warpgroup's write of the next (67, 72):
@@ -29,8 +37,12 @@
 // barrier's arrive performs the thread's prior memory accesses, reads included, relative to
 // every thread of the barrier when it completes), so racecheck does not model an arrive's
 // ordering of earlier reads: tc_attn_ws's :507/:547 reports are this pattern.
+// Modes 10-13 (written 2026-12-05, compiled for sm_90a, not yet run): 10 is expected clean
+// (a smaller kernel of its shape read 0 hazards on an H100 that day); whichever of 11-13 is
+// reported names what racecheck loses in tc_attn_ws's test build.
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 __device__ bool try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
   asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.b32 %0, 1, 0, p;\n}\n"
@@ -47,14 +59,36 @@ __device__ uint32_t init_full(unsigned long long* full, uint32_t count) {
   __syncthreads();
   return bar;
 }
-__global__ void handoff(int mode, float* out, int id1, int id3, int n, const float* src) {
+__device__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// A round's post: bar.arrive (modes 7, 8) or bar.sync (10-13), fenced for the async proxy in 12.
+template <int Id>
+__device__ void post(int mode) {
+  if (mode == 12) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  if (mode >= 10) asm volatile("bar.sync %0, 256;\n" ::"n"(Id) : "memory");
+  else asm volatile("bar.arrive %0, 256;\n" ::"n"(Id) : "memory");
+}
+__global__ void __launch_bounds__(384, 1) handoff(int mode, float* out, int id1, int id3, int n, const float* src) {
   __shared__ float s[256];
   __shared__ __align__(16) float staged[512];
-  __shared__ __align__(8) unsigned long long full;
+  __shared__ __align__(8) unsigned long long full, stage_full, stage_empty;
   const int t = threadIdx.x, w = t / 128;
   if (mode >= 7) {
     const uint32_t bar = init_full(&full, 256);
-    if (w == 2) {  // alive until both others are done
+    const uint32_t sfull = init_full(&stage_full, 128), sempty = init_full(&stage_empty, 256);
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (mode == 11) {
+      if (w == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
+      else asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
+    }
+#endif
+    if (w == 2) {  // mode 13: the stages' producer; then alive until both others are done
+      for (int k = 0; mode == 13 && k < 8; ++k) {
+        mbar_arrive(sfull);  // stage k full
+        while (!try_wait(sempty, k & 1)) {
+        }
+      }
       while (!try_wait(bar, 0)) {
       }
       return;
@@ -66,16 +100,22 @@ __global__ void handoff(int mode, float* out, int id1, int id3, int n, const flo
       acc = s[t ^ 128];
     } else {
       for (int k = 0; k < 8; ++k) {
+        if (mode == 13) {
+          while (!try_wait(sfull, k & 1)) {
+          }
+        }
         if (w == 0) {
           if (k > 0) asm volatile("bar.sync 2, 256;\n" ::: "memory");  // b of round k - 1 posted
           if (k > 0) acc += staged[t];                                  // read b of round k - 1
           s[t] = t * 1.5f + k;                                          // write a of round k
-          asm volatile("bar.arrive 1, 256;\n" ::: "memory");
+          post<1>(mode);
+          if (mode == 13) mbar_arrive(sempty);  // stage k released
         } else {
           asm volatile("bar.sync 1, 256;\n" ::: "memory");             // a of round k posted
           acc += s[t - 128];                                            // read a of round k
           staged[t - 128] = (t - 128) * 0.5f + k;                       // write b of round k
-          asm volatile("bar.arrive 2, 256;\n" ::: "memory");
+          if (mode == 13) mbar_arrive(sempty);  // before the post: a bar.sync post waits for WG0's next round
+          post<2>(mode);
         }
       }
       if (w == 0) {
@@ -141,18 +181,19 @@ __global__ void handoff(int mode, float* out, int id1, int id3, int n, const flo
     out[t] = s[t ^ 128];
   }
 }
-int main() {
+int main(int argc, char** argv) {
   float *out, *src;
   cudaMalloc(&out, 256 * sizeof(float));
   cudaMalloc(&src, 512 * sizeof(float));
   cudaMemset(src, 0, 512 * sizeof(float));  // staged values 0: the wanted outputs below stand
-  const int threads[10] = {256, 384, 256, 256, 384, 384, 384, 256, 384, 384};
-  for (int mode = 0; mode < 10; ++mode) {
+  const int threads[14] = {256, 384, 256, 256, 384, 384, 384, 256, 384, 384, 384, 384, 384, 384};
+  const int first = argc > 1 ? atoi(argv[1]) : 0, last = argc > 1 ? first : 13;
+  for (int mode = first; mode <= last; ++mode) {
     handoff<<<1, threads[mode]>>>(mode, out, 1, 3, 256, src);
     float h[256];
     cudaMemcpy(h, out, sizeof h, cudaMemcpyDeviceToHost);
     const bool arrive = mode == 0 || mode == 3 || mode == 5;
-    const bool rounds = mode == 7 || mode == 8;
+    const bool rounds = mode >= 7 && mode != 9;
     const int tt = arrive || rounds ? 200 : 10;
     float want = arrive ? (tt - 128) * 1.5f : (tt ^ 128) * 2.5f;
     if (rounds) {  // WG1's thread tt read a of rounds 0..7: sum of (tt - 128) * 1.5 + k
