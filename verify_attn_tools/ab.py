@@ -47,7 +47,7 @@ import time
 import traceback
 from pathlib import Path
 
-from verify_attn import build, cases, ops, parity, registry, revision, suite
+from verify_attn import build, cases, machine, ops, parity, registry, revision, suite
 from verify_attn.candidate import Candidate, check, of, plan, prepare, reference_of
 from verify_attn.measure import input_sets
 
@@ -313,7 +313,8 @@ def run(args) -> int:
         from .sass import arch_of
 
         machine_code(rows, base_sha, arch_of(torch.cuda.get_device_capability()))
-    text = markdown(rows, base_sha[:8], head, dev, args.factor, failed, tuple(selections))
+    # The card by name: the lent machine may be an H100 or an H200, and a ratio is only read against its own card.
+    text = markdown(rows, base_sha[:8], head, machine.device_name(dev), args.factor, failed, tuple(selections))
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
@@ -322,11 +323,7 @@ def run(args) -> int:
               f"sides: {', '.join(impls)})", file=sys.stderr)
         code = 2
     if args.json:
-        gpu = None
-        if dev == "cuda":
-            import torch
-
-            gpu = torch.cuda.get_device_name()
+        gpu = machine.device_name(dev) if dev == "cuda" else None
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
                                          "points": selections,

@@ -14,7 +14,7 @@ import random
 
 import torch
 
-from verify_attn import accuracy, cases, ops, parity, registry
+from verify_attn import accuracy, cases, machine, ops, parity, registry
 from verify_attn.candidate import of, outcomes
 
 from .cli import need_gpu, parser
@@ -58,7 +58,8 @@ def main(argv=None) -> int:
         chosen = []
     else:
         chosen = parity.named(args.device)
-    print(f"# device {args.device}, seed {seed}, tolerance: see verify_attn/accuracy.py", flush=True)
+    card = f" ({machine.device_name(args.device)})" if args.device == "cuda" else ""
+    print(f"# device {args.device}{card}, seed {seed}, tolerance: see verify_attn/accuracy.py", flush=True)
 
     work = [(c.name, c, lambda c=c: cases.make_inputs(c, args.device, seed)) for c in chosen]
     work += [(f, None, lambda f=f: validated(cases.load_bundle(f).to(args.device))) for f in args.files]
