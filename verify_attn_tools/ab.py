@@ -237,7 +237,8 @@ def main(argv=None) -> int:
     p.add_argument("base", nargs="?", default="main", help="the git revision to compare with (default main)")
     p.add_argument("-f", "--factor", type=float, default=1.01,
                    help="a ratio beyond this (and significant) is a change (default 1.01)")
-    p.add_argument("--impl", nargs="+", choices=registry.names(), help="default: the compiled kernels under test")
+    p.add_argument("--impl", nargs="+", action="extend", choices=registry.names(),
+                   help="default: the compiled kernels under test")
     p.add_argument("--pairs", type=int, default=20, help="pairs a kernel and point, even (default 20; 10 for calls over 20 ms)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--points", nargs="+", default=["quick"], choices=POINTS,

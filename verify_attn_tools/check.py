@@ -5,13 +5,13 @@ Prints PASS, FAIL or SKIP (with the reason), the implementation, the case, its s
 max_abs and max_rel, one line each, and exits 1 on any FAIL, and when nothing was checked
 (every implementation skipped: a library lacking the ops, a kernel this device cannot run). FILE arguments are bundles of
 captured inputs (verify_attn.cases.save_bundle) to replay; each is put through the op's own
-input checks first, and one that fails them is a "FAIL load FILE: why" line. Tolerances: verify_attn/accuracy.py.
+input checks first, and one that fails them is a "FAIL load FILE: why" line (FILEs go before
+--impl and --case, which take one or more names). Tolerances: verify_attn/accuracy.py.
 """
 
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import torch
 
@@ -40,18 +40,14 @@ def validated(inputs: cases.Inputs) -> cases.Inputs:
 def main(argv=None) -> int:
     p = parser("check", __doc__)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    p.add_argument("--impl", action="append", choices=(*registry.names(), "all"),
+    # One or more names a flag, as ab's and measure's --impl take them; repeating the flag adds more.
+    p.add_argument("--impl", nargs="+", action="extend", choices=(*registry.names(), "all"),
                    help="default: the kernels under test; all: every registered implementation")
-    p.add_argument("--case", action="append", choices=sorted(cases.CASES),
+    p.add_argument("--case", nargs="+", action="extend", choices=sorted(cases.CASES),
                    help="default: every named case (on the CPU, those not marked large)")
     p.add_argument("--seed", type=int, default=None, help="default: a fresh random seed, printed")
     p.add_argument("files", nargs="*", help="bundle files to replay")
     args = p.parse_args(argv)
-    for f in args.files:  # `--impl a b` reads b as a bundle to replay: say so before anything runs
-        for flag, names in (("--impl", (*registry.names(), "all")), ("--case", cases.CASES)):
-            if f in names and not Path(f).exists():
-                p.error(f"{f!r} is a name for {flag}, not a bundle file: {flag} takes one name, so give it "
-                        f"once per name ({flag} NAME1 {flag} NAME2)")
     if args.device == "cuda":
         need_gpu("--device cuda")
     seed = args.seed if args.seed is not None else random.randrange(2**31)

@@ -42,7 +42,7 @@ def default_help(axis: str) -> str:
 def arguments(argv):
     p = parser("measure", __doc__)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
-    p.add_argument("--impl", nargs="+", default=list(registry.names()), choices=registry.names())
+    p.add_argument("--impl", nargs="+", action="extend", choices=registry.names(), help="default: every implementation")
     p.add_argument("--heads", nargs="+", type=bounded(1, MAX_BATCH_HEADS), help=default_help("heads"))
     p.add_argument("--q-len", nargs="+", type=bounded(1, MAX_Q_LEN), help=default_help("q_lens"))
     p.add_argument("--prefix-len", nargs="+", type=bounded(0, MAX_KV_LEN - 1), help=default_help("prefix_lens"))
@@ -55,6 +55,7 @@ def arguments(argv):
     p.add_argument("--cold", action="store_true", help="flush the L2 cache before every call")
     args = p.parse_args(argv)
     d = defaults(args.device)
+    args.impl = args.impl or list(registry.names())
     args.heads = args.heads or list(d["heads"])
     args.q_len = args.q_len or list(d["q_lens"])
     args.prefix_len = args.prefix_len or list(d["prefix_lens"])
