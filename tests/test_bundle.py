@@ -21,7 +21,7 @@ def test_bundle_round_trip(tmp_path):
 def test_check_replays_bundles(tmp_path, capsys):
     path = tmp_path / "captured.pt"
     cases.save_bundle(cases.make_inputs(cases.CASES["ragged_3x16x9"]), path)
-    assert check_main(["--device", "cpu", "--impl", "naive", "--impl", "flash", str(path)]) == 0
+    assert check_main(["--device", "cpu", str(path), "--impl", "naive", "--impl", "flash"]) == 0
     assert capsys.readouterr().out.count("PASS") == 2
 
 
