@@ -27,6 +27,7 @@
 //      reads P through the async proxy, so tc_attn_ws fences before every post)
 //  13: as 10 with a stage handshake each round: the consumers wait on a full mbarrier that the
 //      third warpgroup arrives at, and arrive at an empty one it waits on (tc_attn_ws's stages)
+//  14: 11, 12 and 13 at once (what tc_attn_ws has together)
 //
 //   nvcc -O2 -lineinfo -arch=sm_90a -o handoff docs/racecheck_handoff.cu
 //   compute-sanitizer --tool racecheck ./handoff        # every mode; ./handoff M: mode M alone
@@ -37,8 +38,8 @@
 // barrier's arrive performs the thread's prior memory accesses, reads included, relative to
 // every thread of the barrier when it completes), so racecheck does not model an arrive's
 // ordering of earlier reads: tc_attn_ws's :507/:547 reports are this pattern.
-// Modes 10-13 (written 2026-12-05, compiled for sm_90a, not yet run): 10 is expected clean
-// (a smaller kernel of its shape read 0 hazards on an H100 that day); whichever of 11-13 is
+// Modes 10-14 (written 2026-12-05, compiled for sm_90a, not yet run): 10 is expected clean
+// (a smaller kernel of its shape read 0 hazards on an H100 that day); whichever of 11-14 is
 // reported names what racecheck loses in tc_attn_ws's test build.
 #include <cstdint>
 #include <cstdio>
@@ -62,10 +63,10 @@ __device__ uint32_t init_full(unsigned long long* full, uint32_t count) {
 __device__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// A round's post: bar.arrive (modes 7, 8) or bar.sync (10-13), fenced for the async proxy in 12.
+// A round's post: bar.arrive (modes 7, 8) or bar.sync (10-14), fenced for the async proxy in 12 and 14.
 template <int Id>
 __device__ void post(int mode) {
-  if (mode == 12) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  if (mode == 12 || mode == 14) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   if (mode >= 10) asm volatile("bar.sync %0, 256;\n" ::"n"(Id) : "memory");
   else asm volatile("bar.arrive %0, 256;\n" ::"n"(Id) : "memory");
 }
@@ -78,13 +79,13 @@ __global__ void __launch_bounds__(384, 1) handoff(int mode, float* out, int id1,
     const uint32_t bar = init_full(&full, 256);
     const uint32_t sfull = init_full(&stage_full, 128), sempty = init_full(&stage_empty, 256);
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    if (mode == 11) {
+    if (mode == 11 || mode == 14) {
       if (w == 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 56;\n" ::: "memory");
       else asm volatile("setmaxnreg.inc.sync.aligned.u32 224;\n" ::: "memory");
     }
 #endif
-    if (w == 2) {  // mode 13: the stages' producer; then alive until both others are done
-      for (int k = 0; mode == 13 && k < 8; ++k) {
+    if (w == 2) {  // modes 13, 14: the stages' producer; then alive until both others are done
+      for (int k = 0; mode >= 13 && k < 8; ++k) {
         mbar_arrive(sfull);  // stage k full
         while (!try_wait(sempty, k & 1)) {
         }
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(384, 1) handoff(int mode, float* out, int id1,
       acc = s[t ^ 128];
     } else {
       for (int k = 0; k < 8; ++k) {
-        if (mode == 13) {
+        if (mode >= 13) {
           while (!try_wait(sfull, k & 1)) {
           }
         }
@@ -109,12 +110,12 @@ __global__ void __launch_bounds__(384, 1) handoff(int mode, float* out, int id1,
           if (k > 0) acc += staged[t];                                  // read b of round k - 1
           s[t] = t * 1.5f + k;                                          // write a of round k
           post<1>(mode);
-          if (mode == 13) mbar_arrive(sempty);  // stage k released
+          if (mode >= 13) mbar_arrive(sempty);  // stage k released
         } else {
           asm volatile("bar.sync 1, 256;\n" ::: "memory");             // a of round k posted
           acc += s[t - 128];                                            // read a of round k
           staged[t - 128] = (t - 128) * 0.5f + k;                       // write b of round k
-          if (mode == 13) mbar_arrive(sempty);  // before the post: a bar.sync post waits for WG0's next round
+          if (mode >= 13) mbar_arrive(sempty);  // before the post: a bar.sync post waits for WG0's next round
           post<2>(mode);
         }
       }
@@ -186,8 +187,8 @@ int main(int argc, char** argv) {
   cudaMalloc(&out, 256 * sizeof(float));
   cudaMalloc(&src, 512 * sizeof(float));
   cudaMemset(src, 0, 512 * sizeof(float));  // staged values 0: the wanted outputs below stand
-  const int threads[14] = {256, 384, 256, 256, 384, 384, 384, 256, 384, 384, 384, 384, 384, 384};
-  const int first = argc > 1 ? atoi(argv[1]) : 0, last = argc > 1 ? first : 13;
+  const int threads[15] = {256, 384, 256, 256, 384, 384, 384, 256, 384, 384, 384, 384, 384, 384, 384};
+  const int first = argc > 1 ? atoi(argv[1]) : 0, last = argc > 1 ? first : 14;
   for (int mode = first; mode <= last; ++mode) {
     handoff<<<1, threads[mode]>>>(mode, out, 1, 3, 256, src);
     float h[256];
