@@ -33,7 +33,8 @@
 //   compute-sanitizer --tool racecheck ./handoff        # every mode; ./handoff M: mode M alone
 // H200, compute-sanitizer 2025.3.1, 2026-12-02: every mode's output right. Modes 0-6 and 9:
 // no hazard. Modes 7 and 8: "30 hazards displayed (30 errors, 0 warnings)", every one a read
-// of one round (lines 66, 71, 78) against the other warpgroup's write of the next (67, 72):
+// of one round (the `acc +=` lines) against the other warpgroup's write of the next (`s[t] =`,
+// `staged[t - 128] =`):
 // write after read ordered only by the reader's bar.arrive. The PTX ISA orders it (a
 // barrier's arrive performs the thread's prior memory accesses, reads included, relative to
 // every thread of the barrier when it completes), so racecheck does not model an arrive's

@@ -132,6 +132,7 @@ def test_a_2x_slowdown_of_flash_exits_1(copy, tmp_path):
         r = rows[("flash", f"h8 q9 p{p}")]
         assert r["status"] == "slower" and r["ratio"] > 1.2 and r["pairs"] >= 10, r
     assert proc.stdout.startswith(f"**verify-attn ab {result['base'][:8]} -> ")
+    assert " on cpu:" in proc.stdout.splitlines()[0] and result["gpu"] is None  # the headline names the device
     assert chain.returncode == 1 and chain_result["points"] == ["chain"], chain.stdout[-3000:] + chain.stderr[-3000:]
     assert [(r["impl"], r["point"], r["status"]) for r in chain_result["rows"]] == [("flash", "h8 q9 p2048", "slower")]
     assert "(chain points): slower" in chain.stdout

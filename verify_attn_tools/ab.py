@@ -314,7 +314,8 @@ def run(args) -> int:
 
         machine_code(rows, base_sha, arch_of(torch.cuda.get_device_capability()))
     # The card by name: the lent machine may be an H100 or an H200, and a ratio is only read against its own card.
-    text = markdown(rows, base_sha[:8], head, machine.device_name(dev), args.factor, failed, tuple(selections))
+    card = machine.device_name(dev)
+    text = markdown(rows, base_sha[:8], head, card, args.factor, failed, tuple(selections))
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
@@ -323,8 +324,8 @@ def run(args) -> int:
               f"sides: {', '.join(impls)})", file=sys.stderr)
         code = 2
     if args.json:
-        gpu = machine.device_name(dev) if dev == "cuda" else None
-        args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev, "gpu": gpu, "factor": args.factor,
+        args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev,
+                                         "gpu": card if dev == "cuda" else None, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
                                          "points": selections,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
