@@ -146,13 +146,16 @@ def test_short_points_are_timed_again_in_fresh_processes_and_pooled(monkeypatch)
     monkeypatch.setattr(anchor, "_state", {})
     # flash and naive repeated instead of tc; the second repeat process takes no call that short
     monkeypatch.setitem(repeat.LIMITS, "cpu", {"flash": (10.0, 0.0), "naive": (10.0,)})
+    # Quick by its own limits: flash in two repeat processes there
+    monkeypatch.setitem(repeat.QUICK_LIMITS, "cpu", {"flash": (10.0, 10.0), "naive": (10.0,)})
     import statistics
 
     out = suite.measure_grid(None, "full")
     assert all("processes" not in e for e in out["results"].values())  # measure_grid alone: one process
     assert repeat.short_points(out["results"], {"tc": (10.0,)}, 0) == []  # the CPU has no tc
     quick = suite.measure_quick()  # Quick's timed points are repeated by its own processes
-    assert {e.get("processes") for e in quick["results"].values() if not e["skipped"]} == {2}
+    timed = {k[-1]: e.get("processes") for k, e in quick["results"].items() if not e["skipped"]}
+    assert timed == {"flash": 3, "naive": 2}
     with suite.repeat_workers() as workers:
         assert len(workers) == 2
         assert repeat.extend({"cold": out["results"]}, workers) == [0, 0]  # cold is not judged: not repeated
@@ -201,7 +204,7 @@ def test_short_points_are_each_kernels_calls_under_the_processs_limit():
     (tc_mma by the tc it is a variant of) timed with a yardstick under that kernel's k-th limit;
     flash, a peer, a longer call, a point without drift-free values and a process past the
     kernel's limits are not. The H200's limits: tc's calls under 30 us in five processes, under
-    0.1 ms in three; naive's under 0.3 ms in three."""
+    0.1 ms in three; naive's under 0.3 ms in three. Quick's (QUICK_LIMITS): tc's under 0.1 ms in nine."""
     from verify_attn import repeat
 
     def entry(median, anchor=(1.0,)):
@@ -217,6 +220,15 @@ def test_short_points_are_each_kernels_calls_under_the_processs_limit():
     assert taken[0] == taken[1] == [(16, 9, 2048, "tc_mma"), (16, 9, 65536, "tc"), (16, 9, 65536, "tc_mma"),
                                     (64, 33, 0, "naive")]
     assert taken[2] == taken[3] == [(16, 9, 2048, "tc_mma")]
+    # Quick's: every tc call under 0.1 ms in all eight processes, naive's as LIMITS has them,
+    # and no point in fewer processes than LIMITS gives it
+    quick = repeat.QUICK_LIMITS["cuda"]
+    assert repeat.processes(quick) == 8 and quick["naive"] == limits["naive"]
+    taken_quick = [sorted(repeat.short_points(results, quick, k)) for k in range(8)]
+    assert taken_quick[0] == taken_quick[1] == taken[0]
+    assert all(t == [k for k in taken[0] if k[-1] != "naive"] for t in taken_quick[2:])
+    for kernel, mine in limits.items():
+        assert all(k < len(quick[kernel]) and quick[kernel][k] >= lim for k, lim in enumerate(mine)), kernel
 
 
 def test_repeat_workers_that_get_no_points_exit(monkeypatch):

@@ -128,11 +128,11 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     return out
 
 
-def repeat_workers() -> repeat.Workers:
-    """This device's repeat processes (verify_attn.repeat), started now so that they load while
-    this process measures; a context manager. None with the anchor off: only drift-free
-    series are repeated."""
-    return repeat.Workers({} if anchor.commit() == "off" else repeat.LIMITS.get(device(), {}))
+def repeat_workers(limits: dict | None = None) -> repeat.Workers:
+    """This device's repeat processes (verify_attn.repeat) of these limits (LIMITS, or Quick's
+    QUICK_LIMITS), started now so that they load while this process measures; a context
+    manager. None with the anchor off: only drift-free series are repeated."""
+    return repeat.Workers({} if anchor.commit() == "off" else (limits or repeat.LIMITS).get(device(), {}))
 
 
 def repeat_short(measured: dict, workers: repeat.Workers) -> None:
@@ -155,7 +155,7 @@ def measure_quick() -> dict:
     again in the repeat processes (repeat_short), which load while the gate runs."""
     dev = device()
     prebuild.start(needs("quick"))
-    with repeat_workers() as workers:  # loading while the gate runs
+    with repeat_workers(repeat.QUICK_LIMITS) as workers:  # loading while the gate runs
         return _measure_quick(dev, workers)
 
 
