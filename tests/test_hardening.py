@@ -197,6 +197,18 @@ def test_plots_survive_a_run_that_does_not_load(tmp_path, caplog):
     assert "results do not load" in (tmp_path / "plots" / "index.html").read_text()
 
 
+@pytest.mark.parametrize("argv, name, flag", [(["--impl", "naive", "tc_mma"], "tc_mma", "--impl"),
+                                              (["--case", "seed_2x8x9x9", "ragged_3x16x9"], "ragged_3x16x9", "--case")])
+def test_check_names_a_second_name_given_as_a_bundle_file(capsys, argv, name, flag):
+    """`check --impl a b` reads b as a bundle file to replay; it exits 2 naming b and the flag
+    to repeat, before anything is checked, rather than failing to load a file named b."""
+    with pytest.raises(SystemExit) as exc:
+        check.main(["--device", "cpu", *argv])
+    err = capsys.readouterr()
+    assert exc.value.code == 2 and not err.out
+    assert f"'{name}' is a name for {flag}, not a bundle file" in err.err and f"{flag} NAME1 {flag} NAME2" in err.err
+
+
 def test_check_fails_when_nothing_was_checked(capsys):
     assert check.main(["--device", "cpu", "--impl", "tc", "--case", "ragged_3x16x9"]) == 1
     out = capsys.readouterr().out

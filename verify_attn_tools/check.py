@@ -11,6 +11,7 @@ input checks first, and one that fails them is a "FAIL load FILE: why" line. Tol
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,11 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=None, help="default: a fresh random seed, printed")
     p.add_argument("files", nargs="*", help="bundle files to replay")
     args = p.parse_args(argv)
+    for f in args.files:  # `--impl a b` reads b as a bundle to replay: say so before anything runs
+        for flag, names in (("--impl", (*registry.names(), "all")), ("--case", cases.CASES)):
+            if f in names and not Path(f).exists():
+                p.error(f"{f!r} is a name for {flag}, not a bundle file: {flag} takes one name, so give it "
+                        f"once per name ({flag} NAME1 {flag} NAME2)")
     if args.device == "cuda":
         need_gpu("--device cuda")
     seed = args.seed if args.seed is not None else random.randrange(2**31)
