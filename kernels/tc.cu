@@ -90,9 +90,10 @@ Plan plan_tc(const Params& p, int num_sms, int path) {
            : wgmma                  ? kPathWgmma
                                     : kPathMma;
   if ((path == kPathWgmma && !wgmma) || (path == kPathWgmmaT && !wgmma_t) || (path == kPathWgmmaWs && !wgmma_ws) ||
-      (path == kPathWgmmaTma && !wgmma_tma) ||
-      (path != kPathMma && path != kPathWgmma && path != kPathWgmmaT && path != kPathWgmmaWs && path != kPathWgmmaTma))
+      (path == kPathWgmmaTma && !wgmma_tma) || path < kPathMma || path > kPathMmaSmall)
     return plan;  // not here
+  // A smaller part's configuration: plan as that part would, from its shared memory.
+  if (path == kPathMmaMid || path == kPathMmaSmall) optin = min(optin, path == kPathMmaMid ? kOptinMid : kOptinSmall);
   plan.path = path;
   plan.rows_per_block = group_rows;
   int base = 0, n = 0;

@@ -22,12 +22,18 @@ namespace {
 // wgmma, wgmma_t (the transposed MMAs for few rows), wgmma_ws (warp-specialized: a
 // producer warpgroup and two consumers on alternate tiles) and wgmma_tma (the same two
 // consumers alone, each refilling by TMA what it frees) on compute capability 9.0 alone,
-// where the build compiles sm_90a.
+// where the build compiles sm_90a. mma_mid and mma_small are mma.sync in the configuration a
+// smaller part's shared memory gives (an A100's 163 KB a block, an sm_89 or sm_120 card's 99 KB),
+// pinned only, so that a GPU with more memory checks what those parts run.
 constexpr int kPathMma = 0;
 constexpr int kPathWgmma = 1;
 constexpr int kPathWgmmaT = 2;
 constexpr int kPathWgmmaWs = 3;
 constexpr int kPathWgmmaTma = 4;
+constexpr int kPathMmaMid = 5;
+constexpr int kPathMmaSmall = 6;
+// The opt-in shared memory a block of those parts (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+constexpr int kOptinMid = 166912, kOptinSmall = 101376;
 
 inline int64_t align16(int64_t x) { return (x + 15) / 16 * 16; }
 

@@ -161,7 +161,7 @@ def test_spread_names_the_file_that_reads_a_point_off(tmp_path, capsys):
     assert spread.main([str(run), str(twin(run, tmp_path)), str(high)]) == 1
     text = capsys.readouterr().out
     assert "# goal, x anchor within 1% at each of the 24 judged Quick points: NOT met at Quick 64 9 2048 tc 3.00% " \
-           "(high high.json +3.00%, low 8741e72b-reuse-py3.12.json +0.00%)" in text
+           "(x anchor 0.962; high high.json +3.00%, low 8741e72b-reuse-py3.12.json +0.00%)" in text
     assert re.search(r"# high.json: \d+ judged points, x anchor \+0\.0\d\d% from their medians on average, 1 beyond "
                      r"\+-1%, most \+3\.00% at Quick 64 9 2048 tc", text)
     assert re.search(r"# 8741e72b-reuse-py3.12.json: \d+ judged points, x anchor \+0\.000% .* 0 beyond", text)
@@ -208,6 +208,23 @@ def test_the_spread_goals_judge_what_report_judges():
     assert spread.by_kernel(rows) == [
         "# tc_mma: 3 grid points, x anchor largest 2.50%, median 1.90%, 2 over 1%, 1 over 2%; "
         "raw largest 5.00%, median 3.80%"]
+
+
+def test_spread_sets_points_near_their_twin_apart_from_those_far_off():
+    """A point's median x anchor says how far its kernel has moved from the anchor's: the line
+    counts the judged points within 3% of their twin's time and the others, each group's largest
+    spread; a peer (divided by the anchor's tc) stays out."""
+    from verify_attn_tools import spread
+
+    def row(cls, combo, spread_, level):
+        return {"class": cls, "point": " ".join(map(str, combo)), "combo": combo, "track_time": 0.01,
+                "track_time_vs_anchor": spread_, "level": level, "ms": 0.03}
+
+    rows = [row("Quick", (64, 9, 2048, "tc"), 0.012, 0.962), row("Quick", (16, 9, 65536, "tc"), 0.004, 1.001),
+            row("Chain", (8, 9, 2048, "tc"), 0.006, 0.965), row("Chain", (8, 9, 2048, "flashmla"), 0.05, 0.5)]
+    assert spread.twins(rows) == ("# twins: 1 within 3% of their twin's time, largest spread 0.40%; "
+                                  "2 farther off, largest spread 1.20%")
+    assert spread.twins(rows[1:2]) == "# twins: 1 within 3% of their twin's time, largest spread 0.40%; 0 farther off"
 
 
 def test_process_levels_reads_what_spread_reads(capsys):

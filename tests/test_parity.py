@@ -62,15 +62,15 @@ def test_each_tc_path_is_planned_once_and_named():
     elements, heads 16 x q_len 17), a tree of 64 tokens or more (three elements, heads 8 x
     q_len 65) and one element of three m-groups (heads 16 x q_len 9), and wgmma where every element's keys fit in two tiles (heads 8 x q_len 9 at prefix
     0: 2 groups of 48 rows, 9 keys); each pinned variant (tc_mma, tc_wgmma, tc_wgmma_t,
-    tc_wgmma_ws, and tc_wgmma_tma where it takes the case) runs its own path at every shape,
-    and the plan says which ran."""
+    tc_wgmma_ws, and tc_wgmma_tma where it takes the case; tc_mma_mid and tc_mma_small in a
+    smaller part's shared memory) runs its own path at every shape, and the plan says which ran."""
     plans = {}
     short, many, one, paged = "seed_2x8x9x9", "seed_2x64x9x521", "seed_1x64x33x161", "paged_2x16x17"
     tall, few = "random_3x8x65x4161", "mla_1x16x9x1009"
     for case in (short, many, one, paged, tall, few):
         inputs = cases.make_inputs(cases.CASES[case], "cuda", 0)
         args = op_args(inputs, *accuracy.poisoned_outputs(inputs.q))
-        for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma"):
+        for impl in ("tc", "tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma", "tc_mma_mid", "tc_mma_small"):
             if Candidate(impl).skip_reason(inputs) is None:
                 plan = ops.launch_plan(impl, args)
                 plans[case, impl] = (registry.get(impl).path_name(plan["path"]), plan)
@@ -92,6 +92,10 @@ def test_each_tc_path_is_planned_once_and_named():
         assert plans[case, "tc_wgmma_ws"][0] == "wgmma_ws" and plans[case, "tc_wgmma_ws"][1]["threads"] == 384
         smem = {plans[case, impl][1]["smem_bytes"] for impl in ("tc_mma", "tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws")}
         assert len(smem) == 4  # four kernels: their layouts differ
+        # the smaller parts' configurations, planned from their shared memory (kernels/tc_host.h)
+        for impl, name, optin in (("tc_mma_mid", "mma_mid", 166912), ("tc_mma_small", "mma_small", 101376)):
+            assert plans[case, impl][0] == name and plans[case, impl][1]["smem_bytes"] <= optin
+            assert plans[case, impl][1]["smem_bytes"] < plans[case, "tc_mma"][1]["smem_bytes"]
 
 
 def test_unwritten_output_fails_the_check():

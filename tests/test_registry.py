@@ -95,24 +95,29 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
     would time tc's kernel twice, and wgmma_t (slower than wgmma) is not timed, so all three stay out of the
     kernels under test and are reached by name (check --impl, measure --impl); tc_mma (every
     other GPU's path) is gated and timed beside tc, tc_wgmma (tc's path where every element's
-    keys fit in two tiles) gated on every named case but not timed at Quick's long prefixes."""
+    keys fit in two tiles) gated on every named case but not timed at Quick's long prefixes, and
+    tc_mma_mid / tc_mma_small (the portable path in an A100's and an sm_89/sm_120 card's
+    configuration, which a 227 KB part never plans) gated but not timed."""
     from verify_attn import grid, registry
 
     tc = registry.get("tc")
-    assert tc.paths == ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma")
+    assert tc.paths == ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma", "mma_mid", "mma_small")
     pinned = {i.path_name(i.path): i for i in registry.IMPLS.values() if i.variant_of == "tc"}
     assert {n: i.name for n, i in pinned.items()} == {"mma": "tc_mma", "wgmma": "tc_wgmma", "wgmma_t": "tc_wgmma_t",
-                                                      "wgmma_ws": "tc_wgmma_ws", "wgmma_tma": "tc_wgmma_tma"}
+                                                      "wgmma_ws": "tc_wgmma_ws", "wgmma_tma": "tc_wgmma_tma",
+                                                      "mma_mid": "tc_mma_mid", "mma_small": "tc_mma_small"}
     for impl in pinned.values():
         assert impl.paths == tc.paths and impl.cpp == "tc" and impl.cuda_sources == tc.cuda_sources
         assert impl.tolerance == tc.tolerance
-        assert impl.under_test == (impl.name in ("tc_mma", "tc_wgmma")) and impl.name in grid.VARIANTS
+        assert impl.under_test == (impl.name in ("tc_mma", "tc_wgmma", "tc_mma_mid", "tc_mma_small"))
+        assert impl.name in grid.VARIANTS
     for name in ("tc_wgmma", "tc_wgmma_t", "tc_wgmma_ws", "tc_wgmma_tma"):
         impl = registry.get(name)
         assert impl.unsupported("cuda", (9, 0)) is None
         for cc in ((8, 0), (8, 9), (10, 0), (12, 0)):
             assert impl.unsupported("cuda", cc), (name, cc)
-    assert registry.get("tc_mma").unsupported("cuda", (12, 0)) is None
+    for name in ("tc_mma", "tc_mma_mid", "tc_mma_small"):
+        assert registry.get(name).unsupported("cuda", (12, 0)) is None and registry.get(name).unsupported("cuda", (7, 5))
     # wgmma_tma takes what its plan branch does: a contiguous cache, q_len <= 65.
     tma = registry.get("tc_wgmma_tma")
     assert tma.rejects(chain=False, paged=False, kv_cols=4161, q_len=65) is None
@@ -123,6 +128,7 @@ def test_each_tc_path_has_a_pinned_variant_gated_where_it_runs():
 
     for device in ("cuda", "cpu", "tiny"):
         quick = grid.SELECTIONS[device]["quick"]
-        assert quick.exclude == grid.GATED_ONLY == ("tc_wgmma",)
-    assert {"tc_mma", "tc_wgmma"} <= set(suite.gated()) and "tc_wgmma" not in suite.impls("quick")
+        assert quick.exclude == grid.GATED_ONLY == ("tc_wgmma", "tc_mma_mid", "tc_mma_small")
+    assert {"tc_mma", "tc_wgmma", "tc_mma_mid", "tc_mma_small"} <= set(suite.gated())
+    assert not set(grid.GATED_ONLY) & set(suite.impls("quick"))
     assert "tc_mma" in suite.impls("quick") and "tc_wgmma" not in profile.impls()

@@ -59,7 +59,10 @@ NONE = Selection((), (), ())
 # Pinned paths gated on every named case (Quick's gate, ab's) but not timed at Quick's points:
 # tc takes wgmma only where every element's keys fit in two tiles, which the full grid's
 # prefix-0 points time as tc itself; at Quick's long prefixes it would time a path tc never runs.
-GATED_ONLY = ("tc_wgmma",)
+# tc_mma_mid and tc_mma_small: the configurations smaller parts run, checked on every named case
+# wherever the suite runs (a break confined to them fails the gate); timed on a bigger part they
+# would stand for no GPU.
+GATED_ONLY = ("tc_wgmma", "tc_mma_mid", "tc_mma_small")
 # A kernel's pinned-path variants (tc_mma) are gated and timed in Quick, where the paired PR
 # check and the history watch them; the grids time each kernel's own path only.
 VARIANTS = tuple(n for n, i in registry.IMPLS.items() if i.variant_of)

@@ -93,7 +93,7 @@ class Impl:
 
 
 # tc's paths by Plan::path number (kernels/tc.cu).
-TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma")
+TC_PATHS = ("mma", "wgmma", "wgmma_t", "wgmma_ws", "wgmma_tma", "mma_mid", "mma_small")
 # tc's files: the plan and launch first (plan_tc, launch_tc), then each path's kernels, compiled
 # in parallel (kernels/tc_host.h).
 TC_SOURCES = ("tc.cu", "tc_mma.cu", "tc_wgmma.cu", "tc_wgmma_t.cu", "tc_wgmma_ws.cu", "tc_wgmma_tma.cu")
@@ -111,6 +111,15 @@ _ENTRIES = [
     Impl("tc_mma", "tc pinned to its portable mma.sync path (what every GPU but the H100/H200 runs)",
          cuda_sources=TC_SOURCES, symbol="tc", min_arch=80, tolerance="rounded_weights", color="tab:olive",
          paths=TC_PATHS, path=0, variant_of="tc"),
+    # The portable path in the configurations of smaller parts (kernels/tc_host.h): a GPU with
+    # 227 KB a block runs tc_mma as CfgLarge, which no part under it can hold, so these two gate
+    # what an A100 and an sm_89/sm_120 card run (verify_attn.grid.GATED_ONLY: checked, not timed).
+    Impl("tc_mma_mid", "tc's mma.sync path in an A100's configuration (163 KB of shared memory a block: 32-key "
+         "tiles, 2 stages)", cuda_sources=TC_SOURCES, symbol="tc", min_arch=80, tolerance="rounded_weights",
+         color="olivedrab", paths=TC_PATHS, path=5, variant_of="tc"),
+    Impl("tc_mma_small", "tc's mma.sync path in an sm_89 or sm_120 card's configuration (99 KB a block: "
+         "16-key tiles, 1 stage)", cuda_sources=TC_SOURCES, symbol="tc", min_arch=80,
+         tolerance="rounded_weights", color="darkkhaki", paths=TC_PATHS, path=6, variant_of="tc"),
     # tc's sm_90a paths pinned (kernels/tc.cu says where the plan takes which): tc_wgmma is
     # gated on every named case, not timed at Quick's long prefixes (verify_attn.grid.GATED_ONLY);
     # tc_wgmma_t (never planned: slower) is checked (`check --impl all`, the parity tests).

@@ -46,7 +46,7 @@ REPEATED = ("full", "chain", "quick")  # cold is not judged
 # 65,536 (a 68 us call, three processes: 1.49%) and heads 64, q_len 9, prefix 2,048 (22 us,
 # five: 1.00%). Every tc call of Quick under 0.1 ms in nine processes: by the root of the
 # count, 0.86% and 0.75%. Nine points of Quick (tc's five, tc_mma's four) at about 0.25 s a
-# point and process: about 12 s more than LIMITS' processes.
+# point and process: 20 s of ced6e38's full suite (72 repeats; estimated 12 s).
 QUICK_LIMITS = {"cuda": {"tc": (1e-4,) * 8, "naive": LIMITS["cuda"]["naive"]}, "cpu": {}}
 # Whose short calls: tc and its pinned paths (tc_mma among them), and naive. flash's held 0.9%
 # over dbbc220's five starts in one process and 0.94% over 8ecc171's two; naive's prefix-0 calls

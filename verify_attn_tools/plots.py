@@ -43,8 +43,9 @@ HEADLINE_SOURCES = (f"Heads{grid.HEADLINE['heads']}", "Quick")
 
 
 REFERENCE = "flashmla"  # the line to beat: black, thick, dashed, stars, on every plot where it ran
-LINESTYLES = [":", "--", "-", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2, 1, 2)), (0, (8, 2))]
-MARKERS = "osD^vPX<>h"
+LINESTYLES = [":", "--", "-", "-.", (0, (5, 1)), (0, (3, 1, 1, 1)), (0, (1, 1)), (0, (5, 2, 1, 2, 1, 2)), (0, (8, 2)),
+              (0, (2, 1, 2, 3)), (0, (6, 1, 1, 1, 1, 1))]
+MARKERS = "osD^vPX<>hpd"
 
 
 def impl_style(impl: str) -> dict:

@@ -5,7 +5,7 @@
 Each file is asv's result file of the same commit recorded in another start of a machine (or on
 another host of the GPU kind); the table gives, per point and implementation, the spread
 max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files that
-hold the point (at least two: a run with `-b` holds only the classes it ran; the runs column and
+hold the point, and the median x anchor itself (how far the kernel has moved from its twin) (at least two: a run with `-b` holds only the classes it ran; the runs column and
 the summary lines say where fewer than all the files do), and
 the largest of each per class, then per kernel over the judged points outside Quick: how many, the
 largest and median spread, how many beyond 1% and 2%. The goal the history is held to: the drift-free spread within 1%
@@ -18,6 +18,8 @@ path, or files with the same contents, a .json.gz of a .json too: a run against 
 nothing and would meet any goal). Per file, over the judged points it holds:
 how far its drift-free values sit from each point's median over the files, on average and at
 most, so a start that reads a few points high stands apart from the scatter of all of them.
+A line sets the points whose kernel runs within 3% of its twin's time against those farther
+off: the pair of a changed kernel and the anchor's is two kernels, which a start moves apart.
 """
 
 from __future__ import annotations
@@ -100,10 +102,12 @@ def spread(runs: list[dict], min_s: float) -> list[dict]:
             continue
         row = rows.setdefault((cls, combo), {})
         row[series] = max(values) / min(values) - 1
+        if series == "track_time_vs_anchor":
+            row["level"] = statistics.median(values)
         if series == "track_time":
             row["ms"], row["runs"] = statistics.median(values) * 1e3, len(values)
     return [{"class": cls, "point": " ".join(map(str, combo)), "combo": combo, **v} for (cls, combo), v in rows.items()
-            if len(v) == 4 and v["ms"] >= min_s * 1e3]
+            if len(v) == 5 and v["ms"] >= min_s * 1e3]
 
 
 def fewer_runs(rows: list[dict], n: int | None) -> str:
@@ -150,6 +154,18 @@ def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
                    f"{100 * statistics.median(a):.2f}%, {sum(x > 0.01 for x in a)} over 1%, {sum(x > 0.02 for x in a)} "
                    f"over 2%; raw largest {100 * max(raw):.2f}%, median {100 * statistics.median(raw):.2f}%")
     return out
+
+
+def twins(rows: list[dict], kept: list[dict] | None = None, near: float = 0.03) -> str:
+    """One line: the judged points whose kernel runs within +-near of its anchor twin's time
+    (the pair much the same code) against those farther off (the kernel changed since the
+    anchor), and the largest spread x anchor of each. Two different kernels answer a machine
+    start differently, so where the second group misses a goal it is time to move the anchor."""
+    mine = judged(rows) if kept is None else kept
+    groups = ([r for r in mine if abs(r["level"] - 1) <= near], [r for r in mine if abs(r["level"] - 1) > near])
+    words = [f"{len(g)} {w}" + (f", largest spread {100 * max(r['track_time_vs_anchor'] for r in g):.2f}%" if g else "")
+             for g, w in zip(groups, (f"within {100 * near:g}% of their twin's time", "farther off"))]
+    return f"# twins: {words[0]}; {words[1]}"
 
 
 def deviations(runs: list[dict], kept: list[dict]) -> list[dict]:
@@ -210,10 +226,10 @@ def table(argv) -> int:
     rows = spread([m for _, m in loaded], args.min_ms / 1e3)
     print(f"# {commits.pop()[:8]}, {len(loaded)} runs: spread = max/min - 1 of the medians, raw time and x anchor")
     n = len(loaded)
-    print(f"{'class':12s} {'point':28s} {'ms':>9s} {'raw':>7s} {'anchor':>7s} {'runs':>4s}")
+    print(f"{'class':12s} {'point':28s} {'ms':>9s} {'raw':>7s} {'anchor':>7s} {'x anchor':>8s} {'runs':>4s}")
     for r in rows:
         print(f"{r['class']:12s} {r['point']:28s} {r['ms']:9.4f} {100 * r['track_time']:6.2f}% "
-              f"{100 * r['track_time_vs_anchor']:6.2f}% {r['runs']:4d}")
+              f"{100 * r['track_time_vs_anchor']:6.2f}% {r['level']:8.4f} {r['runs']:4d}")
     for cls in sorted({r["class"] for r in rows}):
         mine = [r for r in rows if r["class"] == cls]
         print(f"# {cls}: {len(mine)} points{fewer_runs(mine, n)}, largest spread raw "
@@ -221,6 +237,7 @@ def table(argv) -> int:
     kept = judged(rows)  # accepted.json read once
     for line in by_kernel(rows, kept):
         print(line)
+    print(twins(rows, kept))
     names = [f.name for f in args.files]
     devs = deviations([m for _, m in loaded], kept)
     for line in by_file(names, devs):
@@ -229,7 +246,8 @@ def table(argv) -> int:
     for words, beyond in verdicts(rows, args.min_ms, kept, runs=n):
         met &= not beyond
         print(f"# goal, {words}: " + ("met" if not beyond else "NOT met at " + ", ".join(
-            f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}% ({ends(r, names, devs)})" for r in beyond)))
+            f"{r['class']} {r['point']} {100 * r['track_time_vs_anchor']:.2f}% (x anchor {r['level']:.3f}; "
+            f"{ends(r, names, devs)})" for r in beyond)))
     if args.json:
         args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != "combo"} for r in rows], indent=1))
     return 0 if met else 1
