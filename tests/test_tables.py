@@ -40,19 +40,30 @@ def test_rows_in_numeric_order_and_a_missing_count_leaves_the_time_alone():
     assert rows[3] == "| heads 64, q_len 9, prefix 2,048 | 0.02 (100, 25%) | 0.2 | 0.1 | 0.04 | 0.50 | 5.0 |"
 
 
-def test_the_readme_spread_table_is_spread_over_the_runs_it_names():
-    """The latest spread run's Quick table (tc / tc_mma / flash / naive, raw and x anchor) is
-    `spread` over the result files of the command the README shows above it."""
+def spread_tables():
+    """(files, the Quick table's rows) of each spread command the README shows above a Quick table."""
+    readme = (ROOT / "README.md").read_text()
+    for command in re.finditer(r"python -m verify_attn spread ([^\n]+)\n\n\| Quick point", readme):
+        patterns = command.group(1).split()
+        files = sorted(f for pattern in patterns for f in ROOT.glob(pattern))
+        yield files, readme[command.end() - len("| Quick point"):].split("\n\n")[0].splitlines()[2:]
+
+
+def test_the_readme_spread_tables_are_spread_over_the_runs_they_name():
+    """Each spread run's Quick table in the README (tc / tc_mma / flash / naive, raw and x anchor)
+    is `spread` over the result files of the command shown above it."""
+    tables = list(spread_tables())
+    assert len(tables) == 2, "the README shows the latest H200 run and the first since the anchor moved"
+    for files, table in tables:
+        check_spread_table(files, table)
+
+
+def check_spread_table(files, table):
     from verify_attn_tools import spread
 
-    readme = (ROOT / "README.md").read_text()
-    command = re.search(r"python -m verify_attn spread (\S+) (\S+)\n\n\| Quick point", readme)
-    assert command, "the README shows the spread command above its Quick table"
-    files = sorted(f for pattern in command.groups() for f in ROOT.glob(pattern))
-    assert len(files) >= 2, command.groups()
+    assert len(files) >= 2, files
     rows = spread.spread([spread.medians(f)[1] for f in files], 0)
     got = {(r["class"], r["combo"]): r for r in rows}
-    table = readme[command.end() - len("| Quick point"):].split("\n\n")[0].splitlines()[2:]
     assert len(table) == 6
     for line in table:
         shape, raw, anchor = [c.strip() for c in line.strip("|").split("|")]
