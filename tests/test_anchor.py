@@ -222,9 +222,15 @@ def test_spread_sets_points_near_their_twin_apart_from_those_far_off():
 
     rows = [row("Quick", (64, 9, 2048, "tc"), 0.012, 0.962), row("Quick", (16, 9, 65536, "tc"), 0.004, 1.001),
             row("Chain", (8, 9, 2048, "tc"), 0.006, 0.965), row("Chain", (8, 9, 2048, "flashmla"), 0.05, 0.5)]
-    assert spread.twins(rows) == ("# twins: 1 within 3% of their twin's time, largest spread 0.40%; "
-                                  "2 farther off, largest spread 1.20%")
-    assert spread.twins(rows[1:2]) == "# twins: 1 within 3% of their twin's time, largest spread 0.40%; 0 farther off"
+    assert spread.twins(rows) == ("# twins: 1 within 3% of their twin's time, largest spread 0.40%, 0 beyond their "
+                                  "goal; 2 farther off, largest spread 1.20%, 1 beyond their goal")
+    assert spread.twins(rows[1:2]) == ("# twins: 1 within 3% of their twin's time, largest spread 0.40%, 0 beyond "
+                                       "their goal; 0 farther off")
+    # Quick's goal is 1%, every other point's 2%: 1.5% misses at Quick, not in Chain
+    rows[2]["track_time_vs_anchor"] = 0.015
+    assert "2 farther off, largest spread 1.50%, 1 beyond their goal" in spread.twins(rows)
+    rows[0]["track_time_vs_anchor"] = 0.009
+    assert "2 farther off, largest spread 1.50%, 0 beyond their goal" in spread.twins(rows)
 
 
 def test_process_levels_reads_what_spread_reads(capsys):

@@ -5,9 +5,9 @@
 Each file is asv's result file of the same commit recorded in another start of a machine (or on
 another host of the GPU kind); the table gives, per point and implementation, the spread
 max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files that
-hold the point, and the median x anchor itself (how far the kernel has moved from its twin) (at least two: a run with `-b` holds only the classes it ran; the runs column and
-the summary lines say where fewer than all the files do), and
-the largest of each per class, then per kernel over the judged points outside Quick: how many, the
+hold the point (at least two: a run with `-b` holds only the classes it ran; the runs column and
+the summary lines say where fewer than all the files do), the median x anchor itself (how far
+the kernel has moved from its twin), and the largest of each per class, then per kernel over the judged points outside Quick: how many, the
 largest and median spread, how many beyond 1% and 2%. The goal the history is held to: the drift-free spread within 1%
 at every Quick point and within 2% at every point of 20 us or more, for the series that judge
 (the kernels under test; not the peers nor what benchmarks/accepted.json takes off for good):
@@ -93,7 +93,7 @@ def twice(paths: list[Path]) -> str | None:
 def spread(runs: list[dict], min_s: float) -> list[dict]:
     """One row per point measured in at least two runs: each series' max/min - 1 over the runs
     that have it (a start run with `-b` lacks the classes it left out), how many those are, the
-    raw median."""
+    raw median (ms) and the median x anchor (level; the series' keys hold spreads)."""
     keys = {k for r in runs for k in r}
     rows = {}
     for cls, combo, series in sorted(keys, key=str):
@@ -107,7 +107,7 @@ def spread(runs: list[dict], min_s: float) -> list[dict]:
         if series == "track_time":
             row["ms"], row["runs"] = statistics.median(values) * 1e3, len(values)
     return [{"class": cls, "point": " ".join(map(str, combo)), "combo": combo, **v} for (cls, combo), v in rows.items()
-            if len(v) == 5 and v["ms"] >= min_s * 1e3]
+            if {*SERIES, "ms"} <= v.keys() and v["ms"] >= min_s * 1e3]
 
 
 def fewer_runs(rows: list[dict], n: int | None) -> str:
@@ -156,14 +156,21 @@ def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
     return out
 
 
+def beyond_goal(row: dict) -> bool:
+    """Whether a judged row misses its goal (GOALS: Quick's, else every point's)."""
+    return row["track_time_vs_anchor"] > next(limit for cls, limit in GOALS if cls in (None, row["class"]))
+
+
 def twins(rows: list[dict], kept: list[dict] | None = None, near: float = 0.03) -> str:
     """One line: the judged points whose kernel runs within +-near of its anchor twin's time
     (the pair much the same code) against those farther off (the kernel changed since the
-    anchor), and the largest spread x anchor of each. Two different kernels answer a machine
-    start differently, so where the second group misses a goal it is time to move the anchor."""
+    anchor), each group's largest spread x anchor and how many miss their goal. Two different
+    kernels answer a machine start differently, so where the misses sit among the points
+    farther off it is time to move the anchor."""
     mine = judged(rows) if kept is None else kept
     groups = ([r for r in mine if abs(r["level"] - 1) <= near], [r for r in mine if abs(r["level"] - 1) > near])
-    words = [f"{len(g)} {w}" + (f", largest spread {100 * max(r['track_time_vs_anchor'] for r in g):.2f}%" if g else "")
+    words = [f"{len(g)} {w}" + (f", largest spread {100 * max(r['track_time_vs_anchor'] for r in g):.2f}%, "
+                                f"{sum(map(beyond_goal, g))} beyond their goal" if g else "")
              for g, w in zip(groups, (f"within {100 * near:g}% of their twin's time", "farther off"))]
     return f"# twins: {words[0]}; {words[1]}"
 
