@@ -213,7 +213,8 @@ def test_the_spread_goals_judge_what_report_judges():
 def test_spread_sets_points_near_their_twin_apart_from_those_far_off():
     """A point's median x anchor says how far its kernel has moved from the anchor's: the line
     counts the judged points within 3% of their twin's time and the others, each group's largest
-    spread; a peer (divided by the anchor's tc) stays out."""
+    spread and its misses by spread's own goals (Quick 1%, else 2%); a peer (divided by the
+    anchor's tc) stays out."""
     from verify_attn_tools import spread
 
     def row(cls, combo, spread_, level):

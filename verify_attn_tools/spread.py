@@ -156,21 +156,17 @@ def by_kernel(rows: list[dict], kept: list[dict] | None = None) -> list[str]:
     return out
 
 
-def beyond_goal(row: dict) -> bool:
-    """Whether a judged row misses its goal (GOALS: Quick's, else every point's)."""
-    return row["track_time_vs_anchor"] > next(limit for cls, limit in GOALS if cls in (None, row["class"]))
-
-
 def twins(rows: list[dict], kept: list[dict] | None = None, near: float = 0.03) -> str:
     """One line: the judged points whose kernel runs within +-near of its anchor twin's time
     (the pair much the same code) against those farther off (the kernel changed since the
-    anchor), each group's largest spread x anchor and how many miss their goal. Two different
-    kernels answer a machine start differently, so where the misses sit among the points
-    farther off it is time to move the anchor."""
+    anchor), each group's largest spread x anchor and how many miss a goal (verdicts). Two
+    different kernels answer a machine start differently, so where the misses sit among the
+    points farther off it is time to move the anchor."""
     mine = judged(rows) if kept is None else kept
+    missed = {id(r) for _, beyond in verdicts(rows, 0, mine) for r in beyond}
     groups = ([r for r in mine if abs(r["level"] - 1) <= near], [r for r in mine if abs(r["level"] - 1) > near])
     words = [f"{len(g)} {w}" + (f", largest spread {100 * max(r['track_time_vs_anchor'] for r in g):.2f}%, "
-                                f"{sum(map(beyond_goal, g))} beyond their goal" if g else "")
+                                f"{sum(id(r) in missed for r in g)} beyond their goal" if g else "")
              for g, w in zip(groups, (f"within {100 * near:g}% of their twin's time", "farther off"))]
     return f"# twins: {words[0]}; {words[1]}"
 
