@@ -144,6 +144,9 @@ __device__ __forceinline__ int64_t cache_row(const Params& p, int b, int t) {
 // Split mode: which element and key range slot `slot` covers. Every element gets at least
 // one split and the rest in proportion to its work; run by one warp, result in info[0..5]:
 // element (-1: none), key begin, key end, the element's first slot, its splits, this split.
+// An element's top split (its last keys: the masked tiles) counts TopExtra tiles more than it
+// holds, never so many that a split is left empty: the others share them out.
+template <int TopExtra>
 __device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* info) {
   const int lane = threadIdx.x & 31;
   auto work = [&](int b) -> int64_t { return (element_keys(p, b) + N - 1) / N + kSplitOverheadTiles; };
@@ -170,7 +173,12 @@ __device__ void locate(const Params& p, const TcArgs& a, int slot, int N, int* i
       const int k = slot - first;
       const int keys = element_keys(p, b);
       const int64_t tiles = (keys + N - 1) / N;
-      const int64_t lo = int64_t(k) * tiles / n, hi = int64_t(k + 1) * tiles / n;
+      int64_t lo = int64_t(k) * tiles / n, hi = int64_t(k + 1) * tiles / n;
+      if constexpr (TopExtra > 0) {
+        const int64_t span = tiles + (n > 1 ? min(int64_t(TopExtra), (tiles - 1) / (n - 1)) : 0);
+        lo = int64_t(k) * span / n;
+        hi = k + 1 == n ? tiles : int64_t(k + 1) * span / n;
+      }
       info[0] = b;
       info[1] = int(lo * N);
       info[2] = int(min(hi * N, int64_t(keys)));
@@ -246,6 +254,7 @@ struct Work {
   int b, key_lo, key_hi, slot;
 };
 // False when the block's slot is one no element needed (uniform: the whole block leaves).
+template <int TopExtra = 0>
 __device__ __forceinline__ bool block_work(const Params& p, const TcArgs& a, int N, int* info, int warp, Work& w) {
   grid_dependency_wait();  // the first memory access of every tc kernel comes after this
   w.key_lo = 0;
@@ -256,7 +265,7 @@ __device__ __forceinline__ bool block_work(const Params& p, const TcArgs& a, int
     return true;
   }
   w.slot = blockIdx.y;
-  if (warp == 0) locate(p, a, w.slot, N, info);
+  if (warp == 0) locate<TopExtra>(p, a, w.slot, N, info);
   __syncthreads();
   w.b = info[0];
   if (w.b < 0) return false;

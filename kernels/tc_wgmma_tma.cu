@@ -93,7 +93,7 @@ __device__ __forceinline__ void tma_block(const Params& p, const TcArgs& a, cons
   const int tid = threadIdx.x;
   Work wk;
   if constexpr (!kDeal) {
-    if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
+    if (!block_work<ws::kTopExtraTiles>(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
     if (tid == 0) init_block(sbase, smem, map);
     const Range r = range_of(p, a, wk);
     start_range(p, a, r, smem, sbase, map, tid);

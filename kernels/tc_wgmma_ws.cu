@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   Work wk;
-  if (!block_work(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
+  if (!block_work<kTopExtraTiles>(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), warp, wk)) return;
   Block bk;
   bk.set_rows(p, a);
   bk.key_lo = wk.key_lo;

@@ -129,6 +129,9 @@ constexpr int N = wg::N;                  // 64 keys a tile
 constexpr int kConsumerThreads = 256;     // WG0, WG1
 constexpr int kThreads = 384;             // + the producer warpgroup
 constexpr int kRegsConsumer = 224, kRegsProducer = 56;
+// Both paths start a range on its top tile, the masked one, gathered, cleaned and masked before
+// the next tile's load is issued: the split that holds it counts this many tiles more (locate).
+constexpr int kTopExtraTiles = 4;
 static_assert(2 * 128 * kRegsConsumer + 128 * kRegsProducer == kThreads * 168,
               "setmaxnreg within the launch allocation (tests/test_resources.py: 168 at launch)");
 // Named barriers (0 is __syncthreads).
