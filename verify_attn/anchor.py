@@ -30,9 +30,10 @@ from . import registry
 
 # Its kernels are the ones under test: a pair of two different kernels moves with the machine
 # start (docs/timing.md, "A yardstick that is another kernel"). Every tc point that missed the
-# spread goals over the five-start runs against ffa97079 ran 4-17% off its twin's time; none
-# within 3% did. ced6e38's kernels/ are those of the plan-4 paths (path 4's dealt kernel).
-COMMIT = "ced6e38dad59ab57807d26912c68c60815f1e924"
+# spread goals over the runs of four or five starts against ffa97079 ran 4-16% off its twin's
+# time; none within 3% did. 0c5ad00's kernels/ weigh the top split, which put tc 3-18% off
+# ced6e38's twin at 32 points.
+COMMIT = "0c5ad0049febf36d4eecad4d85d4e6d2b9773644"
 NS = "va_anchor"
 ENV = "VERIFY_ATTN_ANCHOR"
 FALLBACK = "tc"  # the yardstick of an implementation the anchor does not build
