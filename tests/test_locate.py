@@ -10,13 +10,9 @@ from pathlib import Path
 
 import pytest
 
-OVERHEAD = 4  # kSplitOverheadTiles (kernels/tc.h)
-N = 64
+from test_dealing import N, OVERHEAD, cdiv  # tiles of 64 keys, kSplitOverheadTiles
+
 KERNELS = Path(__file__).resolve().parent.parent / "kernels"
-
-
-def cdiv(a, b):
-    return -(-a // b)
 
 
 # Mirrors locate<TopExtra> (kernels/tc.h), the warp's scan as a loop over elements: the slot's

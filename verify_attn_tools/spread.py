@@ -7,8 +7,9 @@ another host of the GPU kind); the table gives, per point and implementation, th
 max/min - 1 of the medians of ``track_time`` and of ``track_time_vs_anchor`` over the files that
 hold the point (at least two: a run with `-b` holds only the classes it ran; the runs column and
 the summary lines say where fewer than all the files do), the median x anchor itself (how far
-the kernel has moved from its twin), and the largest of each per class, then per kernel over the judged points outside Quick: how many, the
-largest and median spread, how many beyond 1% and 2%. The goal the history is held to: the drift-free spread within 1%
+the kernel has moved from its twin), and the largest of each per class, then per kernel over
+the judged points outside Quick: how many, the largest and median spread, how many beyond 1%
+and 2%. The goal the history is held to: the drift-free spread within 1%
 at every Quick point and within 2% at every point of 20 us or more, for the series that judge
 (the kernels under test; not the peers nor what benchmarks/accepted.json takes off for good):
 the last lines say whether it is met and where not, which file reads the point highest and
