@@ -13,8 +13,9 @@ import math
 from verify_attn import gpu, grid, profile
 
 # On a GPU, Quick's points as its selection takes them. Without one nothing is profiled and
-# every combination is n/a, yet asv runs each as a job of its own (1,080 with the GPU's, 28.8 s
-# of a 2-core CPU box's full run): there the CPU's two Quick points, 120 jobs. Only GPU
+# every combination is n/a, yet asv runs each as a job of its own (54 a series with the GPU's
+# points, 1,134 for the 21 series; 1,080 jobs of 20 series took 28.8 s of a 2-core CPU box's
+# full run): there the CPU's two Quick points, 6 a series. Only GPU
 # machines record into results/, so the shared benchmarks.json keeps the GPU's parameters.
 POINTS = grid.SELECTIONS["cuda" if gpu.device() == "cuda" else "cpu"]["quick"].points()
 
@@ -50,6 +51,9 @@ SERIES = {
     "sm_clock": ("sm_clock_hz", 1e-6, "MHz", "The SM clock during the call, as ncu set it for its replay."),
     "registers": ("registers", 1.0, "registers", "Registers a thread of the main (longest) kernel."),
     "dynamic_smem_bytes": ("dynamic_smem_bytes", 1.0, "bytes", "Dynamic shared memory a block of the main kernel."),
+    "sm_tail": ("sm_tail", 1.0, "x the mean SM",
+                "The SM tail: the main kernel's busiest SM's active cycles over the mean SM's (1 is an even "
+                "spread; above it, the tail in which the other SMs idle)."),
 }
 
 

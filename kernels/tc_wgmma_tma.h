@@ -1,6 +1,6 @@
-// What tc's sm_90a paths without a copy warpgroup share (path 4, tc_wgmma_tma.cu, and its
-// transposed form, tc_wgmma_tmat.cu): the refill by the last reader, a key range's set-up and
-// its start (tc_wgmma_tma.cu's comment has the design).
+// Path 4 (tc_wgmma_tma.cu, whose comment has the design: two consumer warpgroups that refill by
+// TMA what they free) is made of these: the refill by the last reader, a key range's set-up and
+// its start.
 #pragma once
 #include "tc_wgmma_ws.h"
 

@@ -67,6 +67,9 @@ def test_a_count_that_moves_under_its_rounding_shows_in_bytes():
     assert landing.moved({"track_dynamic_smem_bytes": 122880.0}, {"track_dynamic_smem_bytes": 120832.0}) == [
         "KiB dynamic smem 118→120"]
     assert landing.moved({"track_registers": 176.0}, {"track_registers": 168.0}) == ["registers 168→176"]
+    # The SM tail by its two decimals: 1.124 -> 1.136 shows as 1.12 -> 1.14 and is named.
+    assert landing.moved({"track_sm_tail": 1.136}, {"track_sm_tail": 1.124}) == ["SM tail 1.12→1.14x"]
+    assert landing.moved({"track_sm_tail": 1.13}, {"track_sm_tail": 1.12}) == []
 
 
 def test_the_verdict_line_counts_points_as_report_does():

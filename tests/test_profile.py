@@ -27,18 +27,19 @@ COLUMNS = [(M["duration"], "nsecond"), (M["dram_bytes"], "byte"), (M["dram_pct"]
            (M["occupancy_pct"], "%"), (M["registers"], "register/thread"), (M["dynamic_smem_bytes"], "byte/block"),
            (M["pipe_gmma"], "%"), (M["pipe_hmma"], "%"),
            (M["stall_long_scoreboard"], ""), (M["stall_barrier"], ""),
-           ("smsp__average_warps_issue_stalled_selected_per_issue_active.ratio", "")]  # not asked for: ignored
+           ("smsp__average_warps_issue_stalled_selected_per_issue_active.ratio", ""),  # not asked for: ignored
+           (M["sm_active_max"], "cycle"), (M["sm_active_avg"], "cycle")]
 # (kernel, its NVTX range, duration ns, DRAM bytes, dram %, issue %, occupancy %, regs, dyn smem, gmma %, hmma %,
-#  long scoreboard, barrier, selected)
+#  long scoreboard, barrier, selected, the busiest SM's active cycles, the mean SM's)
 LAUNCHES = [
     ("void verify_attn::tc_attn_wg<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
-     "90,000", "75,500,000", "20.0", "30.0", "12.0", "168", "120,832", "60.0", "0.0", "1.5", "0.5", "9.0"),
+     "90,000", "75,500,000", "20.0", "30.0", "12.0", "168", "120,832", "60.0", "0.0", "1.5", "0.5", "9.0", "171,000", "150,000"),
     ("verify_attn::tc_merge(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc",
-     "10,000", "4,500,000", "50.0", "10.0", "40.0", "32", "0", "0.0", "0.0", "0.5", "4.0", "1.0"),
+     "10,000", "4,500,000", "50.0", "10.0", "40.0", "32", "0", "0.0", "0.0", "0.5", "4.0", "1.0", "19,000", "9,500"),
     ("void verify_attn::tc_attn<2, 4>(verify_attn::Params, verify_attn::TcArgs)", "va-profile:64:9:65536:tc_mma",
-     "200,000", "80,000,000", "n/a", "25.0", "12.0", "255", "98,304", "0.0", "45.0", "0.2", "2.0", "1.0"),
+     "200,000", "80,000,000", "n/a", "25.0", "12.0", "255", "98,304", "0.0", "45.0", "0.2", "2.0", "1.0", "380,000", "n/a"),
     ("at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float)", "fill",
-     "1,000", "1,000", "1.0", "1.0", "1.0", "16", "0", "0.0", "0.0", "0.1", "0.1", "1.0"),
+     "1,000", "1,000", "1.0", "1.0", "1.0", "16", "0", "0.0", "0.0", "0.1", "0.1", "1.0", "2,000", "1,000"),
 ]
 
 
@@ -127,12 +128,14 @@ def test_summarise_one_call():
     assert tc["dram_pct"] == pytest.approx(0.9 * 20 + 0.1 * 50)  # duration-weighted
     assert tc["occupancy_pct"] == pytest.approx(0.9 * 12 + 0.1 * 40)
     assert (tc["registers"], tc["dynamic_smem_bytes"]) == (168, 120_832)  # the main (longest) kernel's
+    assert tc["sm_tail"] == pytest.approx(1.14)  # the main kernel's too (the merge's 2.0 is not the call's)
     assert (tc["tensor_pipe"], tc["tensor_pipe_pct"]) == ("gmma", pytest.approx(54.0))
     assert tc["stalls"]["barrier"] == pytest.approx(0.9 * 0.5 + 0.1 * 4.0)
     assert tc["top_stall"] == "long_scoreboard"  # 1.4 against barrier's 0.85; "selected" (9.0) is not a stall
     assert "selected" not in tc["stalls"]
     mma = profile.summarise(calls[(64, 9, 65536, "tc_mma")], M)
     assert (mma["tensor_pipe"], mma["top_stall"], mma["kernels"]) == ("hmma", "barrier", ["tc_attn"])
+    assert math.isnan(mma["sm_tail"])  # the mean is n/a, so the tail is NaN
     assert math.isnan(mma["dram_pct"])
     # A metric not chosen (ncu does not offer it): NaN, the rest stands.
     partial = profile.summarise(calls[(64, 9, 65536, "tc")], {k: v for k, v in M.items() if k != "registers"})
@@ -285,6 +288,7 @@ def test_the_benchmark_reads_a_profiled_call():
     assert bench.track_dram_gbps(result) == pytest.approx(800.0)
     assert bench.track_registers(result) == 168 and bench.track_kernels(result) == 2
     assert bench.track_stall_long_scoreboard(result) == pytest.approx(1.4)
+    assert bench.track_sm_tail(result) == pytest.approx(1.14)
     assert math.isnan(bench.track_stall_gmma(result))  # not in the export: n/a, not a failure
     with pytest.raises(NotImplementedError, match="fails its check: x"):
         bench.setup(result, 64, 9, 2048, "tc")
@@ -326,7 +330,7 @@ def test_accepted_json_takes_every_profile_series_off_the_judged_list():
 
     patterns = regressions.not_judged(regressions.Path(__file__).resolve().parent.parent)
     tracks = [m for m in dir(Profile) if m.startswith("track_")]
-    assert len(tracks) == len(profile.STALLS) + 10
+    assert len(tracks) == len(profile.STALLS) + 11
     for m in tracks:  # as asv names an entry: parameters as stored, then the branch
         assert any(p.match(f"bench_profile.Profile.{m}(64, 9, 65536, 'tc')@main") for p in patterns), m
     assert not any(p.match("bench_verify_attn.Quick.track_time_vs_anchor(64, 9, 65536, 'tc')@main") for p in patterns)
@@ -366,7 +370,8 @@ PROFILED = {"track_dram_gbps": [3050.0, 400.0, 2100.0], "track_dram_pct": [73.0,
             "track_tensor_pipe_pct": [41.0, 0.0, 30.0], "track_occupancy_pct": [12.0, 40.0, 12.0],
             "track_issue_pct": [20.0, 60.0, 25.0], "track_registers": [168, 64, 255],
             "track_dynamic_smem_bytes": [120832, 0, 98304], "track_kernels": [2, 2, 1],
-            "track_stall_long_scoreboard": [1.9, 3.0, 0.4], "track_stall_barrier": [0.5, 0.2, 2.0]}
+            "track_stall_long_scoreboard": [1.9, 3.0, 0.4], "track_stall_barrier": [0.5, 0.2, 2.0],
+            "track_sm_tail": [1.14, 1.01, 1.05]}
 
 
 def landing_html(results, tmp_path) -> str:
@@ -390,7 +395,8 @@ def test_landing_shows_the_hardware_view_and_what_moved(tmp_path):
     add_profile(results, "nvidia-h200", "a" * 40, PROFILED)
     quick_times(results, "nvidia-h200", "b" * 40, 2000)
     after = {**PROFILED, "track_registers": [176, 64, 255], "track_dram_gbps": [3200.0, 402.0, 2100.0],
-             "track_stall_barrier": [0.5, 0.2, 0.1], "track_tensor_pipe_pct": [41.5, 0.0, 30.0]}
+             "track_stall_barrier": [0.5, 0.2, 0.1], "track_tensor_pipe_pct": [41.5, 0.0, 30.0],
+             "track_sm_tail": [1.07, 1.02, 1.05]}
     add_profile(results, "nvidia-h200", "b" * 40, after)
     html = landing_html(results, tmp_path)
     assert "not profiled at this commit" not in html
@@ -398,12 +404,14 @@ def test_landing_shows_the_hardware_view_and_what_moved(tmp_path):
     assert len(rows) == 3  # tc, tc_mma, flash at Quick's headline point
     tc = rows[0]
     assert ("hardware (ncu): DRAM 3,200 GB/s (73% of peak); tensor pipe 42%; issue slots 20%; occupancy 12%; "
-            "176 registers; 118 KiB dynamic smem; top stall long scoreboard (1.90 warps/issue).") in tc
-    assert "Since aaaaaaaa: DRAM 3,050→3,200 GB/s (+4.9%), registers 168→176" in tc  # tensor pipe: +0.5, unnamed
+            "176 registers; 118 KiB dynamic smem; SM tail 1.07x; top stall long scoreboard "
+            "(1.90 warps/issue).") in tc
+    # tensor pipe +0.5 points: unnamed
+    assert "Since aaaaaaaa: DRAM 3,050→3,200 GB/s (+4.9%), registers 168→176, SM tail 1.14→1.07x" in tc
     mma = next(r for r in rows if "255 registers" in r)
     assert "Since aaaaaaaa: top stall barrier→long scoreboard" in mma
     flash = next(r for r in rows if "64 registers" in r)
-    assert "Nothing moved since aaaaaaaa" in flash  # 400 -> 402 GB/s is under 3%
+    assert "Nothing moved since aaaaaaaa" in flash  # 400 -> 402 GB/s is under 3%, the busiest SM 1.01 -> 1.02 under 0.02
 
 
 def test_landing_when_the_previous_commit_has_no_profile(tmp_path):
@@ -438,6 +446,40 @@ def test_the_command_line_prints_a_table_and_writes_json(stand_in, tmp_path, cap
     assert out[-1].startswith("2 calls in ") and "passes a launch [8, 9]" in out[-1]
     saved = json.loads((tmp_path / "p.json").read_text())
     assert saved["points"]["64:9:65536:tc"]["registers"] == 168
+
+
+def test_the_command_line_takes_a_variant_and_a_peer(stand_in, capsys):
+    state, _ = stand_in
+    assert profile.main(["--variant", "chain", "--points", "8:9:65536,16:9:65536", "--impls", "tc,flashmla"]) == 0
+    (args,) = [a for a in calls_of(state) if "--export" in a]
+    target = args[args.index("--force-overwrite") + 1:]
+    assert target[target.index("--variant") + 1] == "chain"
+    assert target[target.index("--points") + 1] == "8:9:65536,16:9:65536"
+    assert target[target.index("--impls") + 1] == "tc,flashmla"
+    # Quick's by default: the asv class's profile is unchanged.
+    profile.run([(64, 9, 65536)])
+    last = [a for a in calls_of(state) if "--export" in a][-1]
+    assert last[last.index("--variant") + 1] == "quick" and "flashmla" not in last[last.index("--impls") + 1]
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--variant", "nope"], "--variant: invalid choice: 'nope'"),
+    (["--points", "64:9"], "--points '64:9': three integers a point"),
+    (["--points", "64:9:x"], "--points '64:9:x': give H:Q:P"),
+    (["--impls", "tc,fastmla"], "--impls: fastmla not in the registry"),
+])
+def test_bad_arguments_are_one_line_naming_the_argument(argv, said, capsys):
+    with pytest.raises(SystemExit) as exc:
+        profile.main(argv)
+    assert exc.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_a_serving_point_reads_as_batch_heads_q_len():
+    calls, _ = profile.attribute(ncu.parse_raw(export()), ncu.parse_raw(export(renamed=True)))
+    points = {k: profile.summarise(v, M) for k, v in calls.items()}
+    rows = profile.table({"variant": "serving_chain", "points": points}).splitlines()
+    assert rows[1].startswith("b64 h9 q65536 tc ")  # (batch, heads, q_len) of the serving variants
+    assert profile.table({"variant": "chain", "points": points}).splitlines()[1].startswith("h64 q9 p65536 tc ")
 
 
 def test_the_command_line_without_ncu_is_one_line(monkeypatch, tmp_path, capsys):

@@ -14,6 +14,27 @@ def test_occupancy_limits():
     assert resources.occupancy("sm_120", 256, 32, 60000) == 1  # shared memory binds
 
 
+def test_occupancy_on_an_a100():
+    assert resources.occupancy("sm_80", 256, 32, 0) == 8           # threads bind, as on sm_90
+    assert resources.occupancy("sm_80", 256, 32, 100 * 1024) == 1  # 164 KB an SM: one such block
+    assert resources.occupancy("sm_90", 256, 32, 100 * 1024) == 2  # 228 KB: two
+
+
+def test_the_cached_report_is_keyed_by_the_architectures(tmp_path, monkeypatch):
+    """A report made for other architectures (or other limits) is not read back as this one."""
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
+    now = resources.cache_path()
+    monkeypatch.setattr(resources, "ARCHS", ("sm_90", "sm_120"))
+    assert resources.cache_path() != now
+    monkeypatch.setattr(resources, "ARCHS", resources.ARCHS + ("sm_80",))
+    assert resources.cache_path() != now  # the same set in another order: another report's rows
+    monkeypatch.undo()
+    monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path))
+    assert resources.cache_path() == now
+    monkeypatch.setitem(resources.LIMITS, "sm_80", {**resources.LIMITS["sm_80"], "smem": 100 * 1024})
+    assert resources.cache_path() != now
+
+
 def test_a_kernel_compiled_out_is_a_stub_and_nothing_else():
     """A trap (with the line info -lineinfo adds) is a stub; a trap among other work is not."""
     ptx = """

@@ -6,7 +6,9 @@ naive, the baseline, is left out: nobody tunes it, and its chunked calls at pref
 (15 launches, 140 ms a call) would take half the budget under replay. The inputs are Quick's
 (suite.case_of, seed 0: the first of the input sets Quick rotates), checked and prepared
 through verify_attn.candidate; a candidate that fails its check or does not take the point
-is skipped with the reason.
+is skipped with the reason. The command line takes another variant's points and other
+implementations, a peer beside tc: `python -m verify_attn.profile --variant chain --points
+8:9:65536 --impls tc,flashmla` (FlashMLA only runs chain trees).
 
 How. ONE ncu process runs this module as its target (``--target``): per point and
 implementation one warm-up call, then one call inside the NVTX push/pop range
@@ -23,7 +25,11 @@ sections to keep the passes few.
 Per call: ``duration_s`` the sum of its kernels' durations; ``dram_bytes_per_s`` their DRAM
 bytes over that sum; ``dram_pct``, ``tensor_pipe_pct``, ``issue_pct``, ``occupancy_pct``,
 ``sm_clock_hz`` and each stall ratio the duration-weighted means of its kernels;
-``registers`` and ``dynamic_smem_bytes`` the main kernel's (its longest). Hopper's warpgroup (gmma, wgmma) and
+``registers`` and ``dynamic_smem_bytes`` the main kernel's (its longest), and ``sm_tail``, the SM
+tail: its busiest SM's active cycles over the mean SM's (ncu's max and avg over the SMs of
+sm__cycles_active). 1 is an even spread; 1.14 leaves the mean SM idle for the last 12% of the
+busiest one's time (docs/tc.md: an ncu profile of Chain h8 q9 p65536 on an H100, before
+0c5ad00, read tc 1.14 and FlashMLA 1.07). Hopper's warpgroup (gmma, wgmma) and
 mma.sync (hmma) tensor pipes are separate metrics: the largest pipe is ``tensor_pipe_pct``,
 which one is ``tensor_pipe``. A stall ratio is warps stalled for that reason per issue-active
 cycle (ncu's WarpStateStats); ``top_stall`` is the largest.
@@ -34,7 +40,7 @@ recorded in ``metrics``; a quantity with none has no series, said in one line, a
 ncu refuses all the same (the profile is then taken again without it) or leaves out of its
 report.
 
-Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02): 6 points x 3 kernels at ffa97079, 18
+Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02, before the SM tail's two metrics): 6 points x 3 kernels at ffa97079, 18
 calls profiled in 17 s, 5 replay passes a launch, Profile's whole set-up 24 s (effa37c, 4
 kernels: 24 calls in 20-23 s); so every Quick point is profiled. The result records the measured ``seconds`` and
 ncu's ``passes`` per launch.
@@ -66,7 +72,11 @@ METRICS = {
     "sm_clock_hz": ("gpc__cycles_elapsed.avg.per_second", "sm__cycles_elapsed.avg.per_second"),  # as ncu set it
     "registers": ("launch__registers_per_thread",),
     "dynamic_smem_bytes": ("launch__shared_mem_per_block_dynamic",),
+    "sm_active_max": ("sm__cycles_active.max",),  # the busiest SM's cycles with a block resident
+    "sm_active_avg": ("sm__cycles_active.avg",),
 }
+# Quantities that make one series between them (summarise): without either, that series goes.
+PART_OF = {"sm_active_max": "sm_tail", "sm_active_avg": "sm_tail"}
 # Every tensor pipe ncu offers is asked for; the busiest is the call's tensor_pipe_pct.
 TENSOR_PIPES = {
     "gmma": "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",  # wgmma, Hopper
@@ -165,6 +175,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
     stalls = {r: weighted(f"stall_{r}") for r in STALLS}
     ranked = [r for r in STALLS if not math.isnan(stalls[r])]
     busiest = max(pipes, key=pipes.get) if pipes else ""
+    most, mean = values("sm_active_max")[main], values("sm_active_avg")[main]
     return {
         "kernels": [_short(l["kernel"]) for l in launches],
         "duration_s": total if total > 0 else math.nan,
@@ -177,6 +188,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
         "sm_clock_hz": weighted("sm_clock_hz"),
         "registers": values("registers")[main],
         "dynamic_smem_bytes": values("dynamic_smem_bytes")[main],
+        "sm_tail": most / mean if mean > 0 else math.nan,  # NaN where either is missing
         "stalls": stalls,
         "top_stall": max(ranked, key=stalls.get) if ranked else "",
     }
@@ -197,18 +209,20 @@ def say(line: str) -> None:
     suite.progress(f"[verify_attn] profile: {line}")
 
 
-def run(points=None, timeout: float = 200, builds=("extension",)) -> dict:
-    """Profile the points ((heads, q_len, prefix); default Quick's on this device) for impls()
-    in one ncu process, once the extension is built (with it the other builds named, not
-    waited for: verify_attn.prebuild). Raises ncu.NcuError (one line) when nothing can be
-    recorded."""
+def run(points=None, timeout: float = 200, builds=("extension",), variant: str = "quick", names=None) -> dict:
+    """Profile the points of a variant's selection (default Quick; its points on this device
+    unless given: (heads, q_len, prefix), or (batch, heads, q_len) for the serving variants) for
+    names (default impls(); peers such as flashmla too) in one ncu process, once the extension
+    is built (with it the other builds named, not waited for: verify_attn.prebuild). Raises
+    ncu.NcuError (one line) when nothing can be recorded."""
     from . import prebuild, suite
 
-    points = [tuple(p) for p in (points or suite.selection("quick").points())]
+    points = [tuple(p) for p in (points or suite.selection(variant).points())]
     tool = ncu.find()
     chosen, missing = choose(ncu.query_metrics(tool))
     for quantity in missing:
-        say(f"ncu offers none of {', '.join(candidates()[quantity])} on this device: no {quantity} series")
+        say(f"ncu offers none of {', '.join(candidates()[quantity])} on this device: "
+            f"no {PART_OF.get(quantity, quantity)} series")
     # The extension must be done before ncu starts, not built under it.
     for proc in prebuild.start(builds):
         if proc.args[-1] == "extension":
@@ -218,7 +232,8 @@ def run(points=None, timeout: float = 200, builds=("extension",)) -> dict:
     report, manifest = out / "report", out / "manifest.json"
     manifest.unlink(missing_ok=True)
     command = [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
-               "--points", ",".join(":".join(map(str, p)) for p in points), "--impls", ",".join(impls())]
+               "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
+               "--impls", ",".join(names or impls())]
     requested = sorted(set(chosen.values()))
     try:
         log = ncu.profile(tool, report, requested, f"{RANGE}/", command, timeout)
@@ -240,7 +255,7 @@ def run(points=None, timeout: float = 200, builds=("extension",)) -> dict:
     columns = set().union(*(l["values"] for l in launches)) if launches else set()
     for quantity, name in list(chosen.items()):
         if name not in columns:
-            say(f"ncu's report has no column {name}: no {quantity} series")
+            say(f"ncu's report has no column {name}: no {PART_OF.get(quantity, quantity)} series")
             del chosen[quantity]
             missing.append(quantity)
     calls, stray = attribute(launches, ncu.parse_raw(renamed))
@@ -253,7 +268,8 @@ def run(points=None, timeout: float = 200, builds=("extension",)) -> dict:
     for name in done["profiled"]:
         if point_of(name) not in calls:
             say(f"{name} was called but no kernel of it was profiled")
-    return {"device": "cuda", "ncu": ncu.version(tool), "metrics": chosen, "missing": sorted(set(missing)),
+    return {"device": "cuda", "variant": variant, "ncu": ncu.version(tool), "metrics": chosen,
+            "missing": sorted(set(missing)),
             "points": {p: summarise(k, chosen) for p, k in calls.items()},
             "skipped": {point_of(k): why for k, why in done["skipped"].items()},
             "passes": ncu.passes(log), "seconds": time.perf_counter() - t0, "files": str(out)}
@@ -280,19 +296,19 @@ def recorded() -> dict:
     return result
 
 
-def target(points: list[tuple], impls_: list[str], manifest: Path) -> int:
-    """The program ncu profiles: each candidate once, in its point's NVTX range, after a check
-    and a warm-up call outside it."""
+def target(points: list[tuple], impls_: list[str], manifest: Path, variant: str = "quick") -> int:
+    """The program ncu profiles: each candidate once at each point of the variant, in its
+    point's NVTX range, after a check and a warm-up call outside it."""
     import torch
 
     from . import candidate, cases, ops, suite
 
     ops.load()
     done = {"profiled": [], "skipped": {}}
-    for heads, q_len, prefix in points:
-        inputs = cases.make_inputs(suite.case_of("quick", (heads, q_len, prefix)), "cuda", 0)
+    for point in points:
+        inputs = cases.make_inputs(suite.case_of(variant, point), "cuda", 0)
         for o in candidate.outcomes(inputs, candidate.of(impls_)):
-            name = label(heads, q_len, prefix, o.impl)
+            name = label(*point, o.impl)
             if o.skipped or not o.error.ok:
                 done["skipped"][name] = o.skipped or f"fails its check: {o.error.reason}"
                 continue
@@ -312,15 +328,22 @@ def target(points: list[tuple], impls_: list[str], manifest: Path) -> int:
     return 0
 
 
+def _point_words(result: dict, point: tuple) -> str:
+    """h64 q9 p65536; b8 h16 q9 for the serving variants."""
+    if result.get("variant", "quick").startswith("serving"):
+        return "b{} h{} q{}".format(*point)
+    return "h{} q{} p{}".format(*point)
+
+
 def table(result: dict) -> str:
     """The result as a table for a person."""
     rows = [f"{'point':24s} {'kernels':28s} {'us':>8s} {'GB/s':>7s} {'dram%':>6s} {'tensor%':>8s} {'issue%':>7s} "
-            f"{'occ%':>5s} {'regs':>5s} {'smem':>7s}  top stall"]
+            f"{'occ%':>5s} {'regs':>5s} {'smem':>7s} {'tail':>5s}  top stall"]
     for (h, q, p, impl), c in sorted(result["points"].items(), key=lambda kv: (kv[0][:3], kv[0][3])):
-        rows.append(f"{f'h{h} q{q} p{p} {impl}':24s} {'+'.join(c['kernels'])[:28]:28s} {c['duration_s'] * 1e6:8.1f} "
+        rows.append(f"{_point_words(result, (h, q, p)) + ' ' + impl:24s} {'+'.join(c['kernels'])[:28]:28s} {c['duration_s'] * 1e6:8.1f} "
                     f"{c['dram_bytes_per_s'] / 1e9:7.0f} {c['dram_pct']:6.1f} {c['tensor_pipe_pct']:5.1f} "
                     f"{c['tensor_pipe'][:2]:2s} {c['issue_pct']:7.1f} {c['occupancy_pct']:5.1f} {c['registers']:5.0f} "
-                    f"{c['dynamic_smem_bytes']:7.0f}  {c['top_stall']}")
+                    f"{c['dynamic_smem_bytes']:7.0f} {c['sm_tail']:5.2f}  {c['top_stall']}")
     return "\n".join(rows)
 
 
@@ -328,15 +351,28 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m verify_attn.profile", description=__doc__.splitlines()[0])
     p.add_argument("--target", action="store_true", help="(ncu's target: run the calls, profile nothing)")
     p.add_argument("--manifest", type=Path, help="(with --target) where to write what was called and skipped")
-    p.add_argument("--points", help="H:Q:P,... (default: Quick's points on this device)")
-    p.add_argument("--impls", help="(with --target) the implementations, comma separated")
+    p.add_argument("--variant", default="quick", choices=list(grid.SELECTIONS["cuda"]),
+                   help="the selection whose cases are profiled (default quick; verify_attn.grid)")
+    p.add_argument("--points", help="H:Q:P,... (B:H:Q for the serving variants; default: the variant's points "
+                                    "on this device)")
+    p.add_argument("--impls", help="the implementations, comma separated (default: the kernels under test "
+                                   "that Quick times; a peer such as flashmla may be named)")
     p.add_argument("--json", type=Path, help="also write the result here")
     args = p.parse_args(argv)
-    points = [tuple(int(x) for x in s.split(":")) for s in args.points.split(",")] if args.points else None
-    if args.target:
-        return target(points or [], args.impls.split(","), args.manifest)
     try:
-        result = run(points)
+        points = [tuple(int(x) for x in s.split(":")) for s in args.points.split(",")] if args.points else None
+    except ValueError:
+        p.error(f"--points {args.points!r}: give H:Q:P,... (B:H:Q for the serving variants), integers")
+    if points and any(len(pt) != 3 for pt in points):
+        p.error(f"--points {args.points!r}: three integers a point")
+    names = args.impls.split(",") if args.impls else None
+    unknown = sorted(set(names or ()) - set(registry.IMPLS))
+    if unknown:
+        p.error(f"--impls: {', '.join(unknown)} not in the registry ({', '.join(registry.IMPLS)})")
+    if args.target:
+        return target(points or [], names or [], args.manifest, args.variant)
+    try:
+        result = run(points, variant=args.variant, names=names)
     except ncu.NcuError as exc:
         print(f"python -m verify_attn.profile: {exc}", file=sys.stderr)
         return 1
@@ -345,7 +381,8 @@ def main(argv=None) -> int:
           f"{sorted(set(result['passes']))}; metrics {json.dumps(result['metrics'])}; missing {result['missing']}; "
           f"skipped {result['skipped']}; files {result['files']}")
     if args.json:
-        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v for k, v in result["points"].items()},
+        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v
+                                                              for k, v in result["points"].items()},
                                          "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
     return 0
 

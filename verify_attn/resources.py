@@ -24,12 +24,15 @@ from . import registry
 # build (which imports torch) is imported where used: the resource benchmark's module is
 # imported by asv's fork server, which must not hold torch (verify_attn/gpu.py says why).
 
-ARCHS = ("sm_90", "sm_120")
+# The H100/H200, then the parts that run tc's portable path: an A100 (tc_mma_mid's configuration)
+# and an sm_120 card (tc_mma_small's).
+ARCHS = ("sm_90", "sm_80", "sm_120")
 # What the build compiles for each (verify_attn.build.target): sm_90 parts get sm_90a code.
 BUILT_AS = {"sm_90": "sm_90a"}
 
 # Per-SM limits (CUDA programming guide, compute capability table).
 LIMITS = {
+    "sm_80": {"regs": 65536, "threads": 2048, "blocks": 32, "smem": 164 * 1024, "reserved_smem": 1024},
     "sm_90": {"regs": 65536, "threads": 2048, "blocks": 32, "smem": 228 * 1024, "reserved_smem": 1024},
     "sm_120": {"regs": 65536, "threads": 1536, "blocks": 32, "smem": 100 * 1024, "reserved_smem": 1024},
 }
@@ -128,14 +131,15 @@ REPORT_FORMAT = b"2"  # what _compile keeps (2: compiled-out kernels left out); 
 
 
 def cache_path(spec=None) -> Path:
-    """Where report() keeps its result: keyed by the CUDA flags and every kernel file's content
-    (spec: the build's CUDA spec, when the caller has it)."""
+    """Where report() keeps its result: keyed by the architectures and their limits, the CUDA
+    flags and every kernel file's content (spec: the build's CUDA spec, when the caller has it)."""
     from . import build
 
     spec = spec or build.spec(cuda=True)
     src = build.kernels_dir()
     files = [src / n for n in spec.kernel_sources] + [src / n for n in build.headers(src)]
-    key = hashlib.sha256(REPORT_FORMAT + json.dumps(spec.cuda_flags).encode() +
+    targets = json.dumps([ARCHS, BUILT_AS, LIMITS, spec.cuda_flags]).encode()
+    key = hashlib.sha256(REPORT_FORMAT + targets +
                          b"".join(str(f.relative_to(src)).encode() + f.read_bytes() for f in files)).hexdigest()[:20]
     return build.cache_dir() / "resources" / f"{key}.json"
 
@@ -156,7 +160,7 @@ def report() -> dict:
         if cached.exists():
             return json.loads(cached.read_text())
         src = build.kernels_dir()
-        # One nvcc per (architecture, source), all at once: tc's two architectures set the time.
+        # One nvcc per (architecture, source), all at once: tc's sources set the time.
         jobs = [(arch, name) for arch in ARCHS for name in spec.kernel_sources]
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(jobs) or 1) as pool:
             done = dict(zip(jobs, pool.map(lambda job: _compile(src / job[1], job[0], spec.cuda_flags), jobs)))

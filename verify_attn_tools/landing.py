@@ -144,8 +144,9 @@ def machine_details(res: dict) -> dict[str, str]:
 PROFILE_SUITE = "bench_profile"  # Nsight Compute's counters at Quick's points (benchmarks/bench_profile.py)
 PROFILED = "Quick"  # the landing's class whose points the profile shares (heads, q_len, prefix_len, impl)
 # The moves a glance names since the previous commit's profile; smaller ones go unnamed (descriptive
-# series, not a verdict): a % of peak by 2 points, the DRAM bandwidth by 3%, a count by any.
-MOVED_POINTS, MOVED_SHARE = 2.0, 0.03
+# series, not a verdict): a % of peak by 2 points, the DRAM bandwidth by 3%, the SM tail by 0.02 (as
+# shown, two decimals), a count by any.
+MOVED_POINTS, MOVED_SHARE, MOVED_TAIL = 2.0, 0.03, 0.02
 PERCENTS = (("track_dram_pct", "DRAM"), ("track_tensor_pipe_pct", "tensor pipe"), ("track_issue_pct", "issue slots"),
             ("track_occupancy_pct", "occupancy"))
 COUNTS = (("track_registers", "registers", 1), ("track_dynamic_smem_bytes", "KiB dynamic smem", 1024),
@@ -195,6 +196,9 @@ def moved(new: dict, old: dict) -> list[str]:
         a, b = old.get(series), new.get(series)
         if a is not None and b is not None and a != b:
             out.append(count_moved(words, scale, a, b))
+    a, b = old.get("track_sm_tail"), new.get("track_sm_tail")
+    if a is not None and b is not None and abs(round(b, 2) - round(a, 2)) >= MOVED_TAIL - 1e-9:
+        out.append(f"SM tail {a:.2f}→{b:.2f}x")
     a, b = top_stall(old), top_stall(new)
     if a and b and a[0] != b[0]:
         out.append(f"top stall {a[0]}→{b[0]}")
@@ -210,6 +214,8 @@ def hardware(new: dict, old: dict | None, old_sha: str | None) -> str:
         parts.append(f"DRAM {new['track_dram_gbps']:,.0f} GB/s" + (f" ({pct:.0f}% of peak)" if pct is not None else ""))
     parts += [f"{words} {new[series]:.0f}%" for series, words in PERCENTS[1:] if series in new]
     parts += [f"{new[series] / scale:.0f} {words}" for series, words, scale in COUNTS[:2] if series in new]
+    if "track_sm_tail" in new:
+        parts.append(f"SM tail {new['track_sm_tail']:.2f}x")
     top = top_stall(new)
     if top:
         parts.append(f"top stall {top[0]} ({top[1]:.2f} warps/issue)")
@@ -482,7 +488,7 @@ def _profile_words(m: Machine) -> str:
     return ("Hardware view under Quick's rows: Nsight Compute's counters for one call at this commit (its clocks "
             f"locked for the replay; {PROFILE_SUITE}.Profile, drawn, not judged), then what moved since the previous "
             f"commit's profile: a % of peak by {MOVED_POINTS:g} points or more, the DRAM bandwidth by "
-            f"{100 * MOVED_SHARE:g}% or more, any count.")
+            f"{100 * MOVED_SHARE:g}% or more, the SM tail by {MOVED_TAIL:g} or more, any count.")
 
 
 def _glance(m: Machine) -> str:
