@@ -47,13 +47,14 @@ namespace tma {
 // The pairs of a started range (consume_tiles, each warpgroup refilling what it frees), then
 // its rows stored (slot: the output's or a partial's). ph: the parities of the stages' uses by
 // earlier ranges (bits 0, 1).
+template <bool kHalves>
 __device__ __forceinline__ void run_range(const Params& p, const TcArgs& a, const Range& r, int slot, uint32_t ph,
                                           uint8_t* smem, uint32_t sbase, const CUtensorMap* map, int tid) {
   const int lane = tid & 31, warp = tid >> 5;
   const int w = warp >> 2, wq = warp & 3;  // warpgroup (its tiles' parity, its O columns 256 w ..); warp in it
   const int g = lane >> 2, t4 = lane & 3;
   volatile uint32_t* abort = reinterpret_cast<volatile uint32_t*>(smem + kOffAbort);
-  const Stages st{sbase + kOffFull, 0, 0, sbase + kOffKV, abort};  // no empty barriers
+  const Stages st{sbase + kOffFull, 0, 0, sbase + kOffKV, abort, sbase + kOffHalf1<kHalves>};  // no empty barriers
   const ConsumerSmem cs{reinterpret_cast<uint64_t*>(smem + kOffMask),
                         reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad)),
                         reinterpret_cast<float*>(smem + kOffM), reinterpret_cast<float*>(smem + kOffSc)};
@@ -64,7 +65,7 @@ __device__ __forceinline__ void run_range(const Params& p, const TcArgs& a, cons
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
-  consume_tiles(o, m_run, l_run, r.bk, ph, st, cs, desc(sbase + kOffQ, 16, 1024), p.scale * kLog2e, w, wq, g, t4,
+  consume_tiles<kHalves>(o, m_run, l_run, r.bk, ph, st, cs, desc(sbase + kOffQ, 16, 1024), p.scale * kLog2e, w, wq, g, t4,
                 Refill{map, st, (tid & 127) == 0, r.bk.ntiles, r.wk.b * p.kv_cols, r.bk});
   // Row sums over the quad and the two warpgroups (both hold the same final maximum).
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
@@ -94,21 +95,21 @@ __device__ __forceinline__ void tma_block(const Params& p, const TcArgs& a, cons
   Work wk;
   if constexpr (!kDeal) {
     if (!block_work<ws::kTopExtraTiles>(p, a, N, reinterpret_cast<int*>(smem + kOffInfo), tid >> 5, wk)) return;
-    if (tid == 0) init_block(sbase, smem, map);
+    if (tid == 0) init_block<true>(sbase, smem, map);
     const Range r = range_of(p, a, wk);
-    start_range(p, a, r, smem, sbase, map, tid);
-    run_range(p, a, r, wk.slot, 0, smem, sbase, map, tid);
+    start_range<true>(p, a, r, smem, sbase, map, tid);
+    run_range<true>(p, a, r, wk.slot, 0, smem, sbase, map, tid);
   } else {
     int* info = reinterpret_cast<int*>(smem + kOffInfo);
     Deal d;
     deal_block(p, a, N, info, tid >> 5, d);
     if (d.b >= p.batch) return;  // uniform: the slot holds no real tile
-    if (tid == 0) init_block(sbase, smem, map);
+    if (tid == 0) init_block<false>(sbase, smem, map);
     uint32_t ph = 0;  // bit s: the parity of stage s's uses by the earlier pieces
     while (deal_next(p, a, N, info, d, wk)) {
       const Range r = range_of(p, a, wk);
-      start_range(p, a, r, smem, sbase, map, tid);
-      run_range(p, a, r, wk.slot, ph, smem, sbase, map, tid);
+      start_range<false>(p, a, r, smem, sbase, map, tid);
+      run_range<false>(p, a, r, wk.slot, ph, smem, sbase, map, tid);
       ph ^= (((r.bk.ntiles + 1) >> 1) & 1) | ((r.bk.ntiles >> 1) & 1) << 1;
     }
   }

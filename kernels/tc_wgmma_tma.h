@@ -10,6 +10,10 @@ namespace {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 namespace tma {
 using namespace ws;
+// Where planes_of(1, s)'s barriers are: with halves (tc_attn_tma) the unused `empty` slots, each
+// counting one arrival; without (tc_attn_tma_deal) full[s] itself, counting both halves'.
+template <bool kHalves>
+constexpr int kOffHalf1 = kHalves ? kOffEmpty : kOffFull;
 // planes_of(w, s) of a tile (row0: its first cache row) into stage s, posted on full (the
 // stage's) with their bytes: four planes, five where s != w (the rope plane too).
 template <int W, int S>
@@ -28,7 +32,8 @@ struct Refill {
   const Block& bk;
   template <int W, int S>
   __device__ __forceinline__ void done(int j) const {
-    if (issuer && j + 2 < ntiles) load_half<W, S>(map, st.stage(S), st.full0 + 8 * S, row_lo + bk.tile_t0(j + 2));
+    if (issuer && j + 2 < ntiles)
+      load_half<W, S>(map, st.stage(S), (W == 0 ? st.full0 : st.half1) + 8 * S, row_lo + bk.tile_t0(j + 2));
   }
 };
 }  // namespace tma
@@ -64,7 +69,7 @@ __device__ __forceinline__ Range range_of(const Params& p, const TcArgs& a, cons
 // mbarriers are initialised and every thread is done with an earlier range's Q, stages and
 // masks (whose copies all landed: each was waited for); it ends past a block-wide barrier.
 // OffParent: where the kernel's staged parents start.
-template <int OffParent = kOffParent>
+template <bool kHalves, int OffParent = kOffParent>
 __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, const Range& r, uint8_t* smem,
                                             uint32_t sbase, const CUtensorMap* map, int tid) {
   const Work& wk = r.wk;
@@ -72,7 +77,7 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
   const int ntiles = bk.ntiles, nmasked = r.nmasked;
   uint64_t* s_mask = reinterpret_cast<uint64_t*>(smem + kOffMask);
   uint64_t* s_bad = reinterpret_cast<uint64_t*>(smem + kOffInfo + offsetof(BlockInfo, bad));
-  const uint32_t full0 = sbase + kOffFull;  // full[s]: + 8 s
+  const uint32_t full0 = sbase + kOffFull, half1 = sbase + kOffHalf1<kHalves>;  // planes_of(0 / 1, s)'s: + 8 s
   auto stage = [&](int s) { return sbase + kOffKV + s * kTileBytes; };
   auto row0_of = [&](int j) { return wk.b * p.kv_cols + bk.tile_t0(j); };  // contiguous: < 2^31 rows
   // Row lr of a 64-row plane set at dst, 18 of its 72 chunks, from src (a valid address; 0
@@ -95,10 +100,10 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
     for (int j = nmasked; j < min(2, ntiles); ++j) {  // whole: both halves now
       if (j == 0) {
         load_half<0, 0>(map, stage(0), full0, row0_of(0));
-        load_half<1, 0>(map, stage(0), full0, row0_of(0));
+        load_half<1, 0>(map, stage(0), half1, row0_of(0));
       } else {
         load_half<0, 1>(map, stage(1), full0 + 8, row0_of(1));
-        load_half<1, 1>(map, stage(1), full0 + 8, row0_of(1));
+        load_half<1, 1>(map, stage(1), half1 + 8, row0_of(1));
       }
     }
   }
@@ -127,14 +132,19 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
     fence_smem();     // the zeroed values, for wgmma's reads
     __syncthreads();  // cleaned and masked
     if (tid == 0)
-      for (int j = 0; j < nmasked; ++j) mbar_arrive(full0 + 8 * j), mbar_arrive(full0 + 8 * j);
+      for (int j = 0; j < nmasked; ++j) mbar_arrive(full0 + 8 * j), mbar_arrive(half1 + 8 * j);
   }
 }
 
 // The mbarriers and the abort flag (thread 0; start_range's first barrier follows).
+template <bool kHalves>
 __device__ __forceinline__ void init_block(uint32_t sbase, uint8_t* smem, const CUtensorMap* map) {
-  mbar_init(sbase + kOffFull, 2);  // a tile's two halves, each arrive.expect_tx by its issuer
-  mbar_init(sbase + kOffFull + 8, 2);
+  if constexpr (kHalves) {  // a stage's halves, each one arrive.expect_tx by its issuer
+    for (int s = 0; s < 2; ++s) mbar_init(sbase + kOffFull + 8 * s, 1), mbar_init(sbase + kOffEmpty + 8 * s, 1);
+  } else {
+    mbar_init(sbase + kOffFull, 2);  // a tile's two halves, each arrive.expect_tx by its issuer
+    mbar_init(sbase + kOffFull + 8, 2);
+  }
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   *reinterpret_cast<volatile uint32_t*>(smem + kOffAbort) = 0;
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.f;
-    consume_tiles(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4, ReleaseToProducer{st});
+    consume_tiles<false>(o, m_run, l_run, bk, ph & 3, st, cs, dq, qk_scale, w, wq, g, t4, ReleaseToProducer{st});
 
     // Row sums over the quad and the two warpgroups (both hold the same final maximum), in the
     // piece's s_l buffer: the other warpgroup may still read the previous piece's after the

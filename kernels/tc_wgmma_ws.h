@@ -399,6 +399,9 @@ struct Stages {
   uint32_t full0, empty0, empty1;  // full[s], empty[s] (WG0's release), empty1[s] (WG1's): + 8 s
   uint32_t kv0;            // stage s's planes: + s kTileBytes
   volatile uint32_t* abort;
+  // Path 4's halves (consume_tiles<true>): full0 + 8 s then counts planes_of(0, s) only, and
+  // half1 + 8 s planes_of(1, s).
+  uint32_t half1 = 0;
   __device__ uint32_t stage(int s) const { return kv0 + s * kTileBytes; }
   // The phase of parity `parity` of stage s released by both consumers.
   __device__ void wait_released(int s, uint32_t parity) const {
@@ -455,16 +458,101 @@ struct ReleaseToProducer {
   }
 };
 
+// S over planes K0..K1-1 of the tile at db (the first plane zero-initialises), issued, not waited.
+template <int K0, int K1>
+__device__ __forceinline__ void issue_qk_planes(float (&d)[32], uint64_t da, uint64_t db) {
+  fence();
+#pragma unroll
+  for (int kc = K0; kc < K1; ++kc)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint32_t off = (kc * kPlane + kk * 32) >> 4;
+      Mma<64>::template run<0, 0>(d, da + off, db + off, kc | kk);
+    }
+  commit();
+}
+
+// WG0's side of consume_tiles<true> (path 4's halves): S of each tile a in two parts, planes
+// 0-3 (its own refill, issued after its PV_a of the pair before, landed long since) behind the
+// previous pair's PV_b, planes 4-8 once WG1's refill lands; the rest as consume_tiles. Its
+// own loop, so that an S in flight crosses no branch that merges (ptxas would serialize the
+// wgmma's): every way into the loop's head carries planes 0-3 in flight, every way out none.
+template <class Release>
+__device__ __forceinline__ void consume_wg0_halves(float (&o)[128], float (&m_run)[2], float (&l_run)[2],
+                                                   const Block& bk, uint32_t ph, const Stages& st,
+                                                   const ConsumerSmem& cs, uint64_t dq, float qk_scale, int wq, int g,
+                                                   int t4, const Release& rel) {
+  const int ntiles = bk.ntiles;
+  if (ntiles == 0) return;
+  const uint32_t sP0 = st.stage(0) + 8 * kPlane, sP1 = st.stage(1) + 8 * kPlane;
+  float s[32];
+  mbar_wait(st.full0, ph & 1, st.abort);
+  fence_smem();
+  issue_qk_planes<0, 4>(s, dq, desc(st.stage(0), 16, 1024));
+  for (int k = 0;; ++k) {
+    const uint32_t par0 = (ph ^ k) & 1, par1 = ((ph >> 1) ^ k) & 1;  // tiles 2k, 2k + 1
+    const bool has_b = 2 * k + 1 < ntiles;
+    float mn[2], sc[2], sum[2];
+    uint32_t pa[16];
+    mbar_wait(st.half1, par0, st.abort);
+    fence_smem();
+    issue_qk_planes<4, 9>(s, dq, desc(st.stage(0), 16, 1024));
+    wait_all();
+    pin(s);
+    if (has_b) bar_arrive<kBarS0, kConsumerThreads>();  // the tensor cores are WG1's for S of tile b
+    softmax_tile(s, m_run, mn, sc, sum, pa, bk, 2 * k, cs.mask, cs.bad, qk_scale, sP0, 0, wq, g, t4);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = 16 * wq + g + 8 * h;
+      if (t4 == 0) cs.m[r] = mn[h], cs.sc[r] = sc[h];
+      l_run[h] = l_run[h] * sc[h] + sum[h];
+      m_run[h] = mn[h];
+    }
+    fence_smem();
+    bar_arrive<kBarP0, kConsumerThreads>();  // P_a, m_a, sc_a visible to WG1
+    rescale(o, sc);
+    issue_pv_rs(o, pa, st.stage(0), 0);
+    wait_all();
+    pin(o);
+    rel.template done<0, 0>(2 * k);
+    if (!has_b) break;
+    issue_peer_pv<kBarP1>(o, m_run, l_run, sc, cs.m + kRows, cs.sc + kRows, st.full0 + 8, par1, st.abort, sP1,
+                          st.stage(1), 0, wq, g);
+    if (2 * k + 2 >= ntiles) {
+      wait_all();
+      pin(o);
+      rel.template done<0, 1>(2 * k + 1);
+      break;
+    }
+    mbar_wait(st.full0, par0 ^ 1, st.abort);  // the next tile a's planes 0-3, behind PV_b
+    fence_smem();
+    issue_qk_planes<0, 4>(s, dq, desc(st.stage(0), 16, 1024));
+    wait_one();  // PV_b
+    pin(o);
+    rel.template done<0, 1>(2 * k + 1);
+  }
+}
+
 // Consumers: the tiles of one key range (bk) in pairs, O, m_run and l_run carried. Pair k is
 // use u_0 + k of stage 0 and u_1 + k of stage 1, u_s the stage's earlier uses by the block
 // (their parities: bits 0 and 1 of ph; 0 in a block of one range). rel: each release
-// (ReleaseToProducer).
-template <class Release>
+// (ReleaseToProducer). kHalves (path 4): a stage's halves land on their own barriers, and WG0
+// issues S of its next tile over planes 0-3 (its own refill, landed long before) right after
+// PV_b, planes 4-8 once WG1's refill lands at the next pair's start, as FlashMLA does.
+template <bool kHalves, class Release>
 __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2], float (&l_run)[2], const Block& bk,
                                               uint32_t ph, const Stages& st, const ConsumerSmem& cs, uint64_t dq,
                                               float qk_scale, int w, int wq, int g, int t4, const Release& rel) {
   const int ntiles = bk.ntiles;
   const uint32_t sP0 = st.stage(0) + 8 * kPlane, sP1 = st.stage(1) + 8 * kPlane;  // P over each stage's rope plane
+  // WG1 reads planes_of(1, s) of tile a (and P_a): with halves, only that half's barrier.
+  const uint32_t peer_a = kHalves ? st.half1 : st.full0;
+  if constexpr (kHalves) {
+    if (w == 0) {
+      consume_wg0_halves(o, m_run, l_run, bk, ph, st, cs, dq, qk_scale, wq, g, t4, rel);
+      return;
+    }
+  }
   for (int k = 0; 2 * k < ntiles; ++k) {
     const uint32_t par0 = (ph ^ k) & 1, par1 = ((ph >> 1) ^ k) & 1;  // tiles 2k, 2k + 1
     const bool has_b = 2 * k + 1 < ntiles;
@@ -507,10 +595,11 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       // head of the chain).
       bar_sync<kBarS0, kConsumerThreads>();
       mbar_wait(st.full0 + 8, par1, st.abort);
+      if (kHalves) mbar_wait(st.half1 + 8, par1, st.abort);
       fence_smem();
       issue_qk<64>(s, dq, desc(st.stage(1), 16, 1024));
       // Tile a (WG0's): its factor, then P_a from stage 0's rope plane.
-      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, peer_a, par0, st.abort, sP0, st.stage(0), 1, wq, g);
       // Tile b: softmax from m_a while PV of tile a runs (o untouched until the wait below).
       wait_one();
       pin(s);
@@ -537,7 +626,7 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
       rel.template done<1, 1>(2 * k + 1);
     } else {
       // The last tile of an odd count is WG0's: only its P_a applied to these columns.
-      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, st.full0, par0, st.abort, sP0, st.stage(0), 1, wq, g);
+      issue_peer_pv<kBarP0>(o, m_run, l_run, sc, cs.m, cs.sc, peer_a, par0, st.abort, sP0, st.stage(0), 1, wq, g);
       wait_all();
       pin(o);
       rel.template done<1, 0>(2 * k);
