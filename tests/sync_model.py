@@ -181,7 +181,7 @@ class Smem:
 
 
 def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, uses=(0, 0), tag=None, q="Q",
-              p1_wait=True):
+              p1_wait=True, halves=None):
     """tc_attn_ws's two consumer warpgroups over a range of n tiles (kernels/tc_wgmma_ws.h, the
     pair schedule; consume_tiles), as generators WG0, WG1 reading through m (Smem, m.T slices a
     key): full[s] the stages' barriers, bars the named barriers, masked(j) whether tile j's
@@ -193,7 +193,11 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
     ("m", w) here) with its P and the peer reads them after the same named barrier
     (issue_peer_pv); the next tile's post overwrites them after the peer's read (ordered by the
     named barriers and by the stage's full barrier, which waits for the peer's release).
-    p1_wait=False: a mutant, WG0 goes on past P1 without waiting for WG1's post."""
+    p1_wait=False: a mutant, WG0 goes on past P1 without waiting for WG1's post. halves
+    (tc_attn_tma, consume_tiles<true>): halves[s][w] is the barrier of planes_of(w, s) of stage s
+    (full is then unused); WG0 issues S of each tile a in two parts, planes 0-3 behind the
+    previous pair's PV_b, planes 4-8 at its pair's start, and each warpgroup waits only for the
+    halves it reads."""
     Q = [("q", p) for p in range(9)]
     tag = tag or (lambda j: j)
 
@@ -204,7 +208,58 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
         if masked(j):
             yield from m.reads(who, [(s, "mask")], tag(j))
 
+    def wg0_halves():
+        H = halves
+        if start:
+            yield from start(0)
+        s_a = []  # (key, meant) of the S in flight
+
+        def s_part(planes, j):
+            for kk, want in ([(x, q) for x in Q] if planes[0] == 0 else []) + [((0, p), tag(j)) for p in planes]:
+                m.read_begin("WG0 S_a", kk, want)
+                s_a.append((kk, want))
+
+        if n:
+            yield from wait_phase(H[0][0], uses[0])
+            s_part(range(4), 0)
+        for k in range((n + 1) // 2):
+            a, b = 2 * k, 2 * k + 1
+            has_b = b < n
+            yield from wait_phase(H[0][1], uses[0] + k)
+            s_part(range(4, 9), a)
+            yield
+            while s_a:
+                m.read_end("WG0 S_a", *s_a.pop())
+            if has_b:
+                yield from bars.bar("S0", 0, False)
+            yield from softmax("WG0 softmax_a", 0, a)
+            yield from m.generic_write("WG0 P_a", (0, 8), range(m.T), ("P", tag(a)))
+            yield from m.generic_write("WG0 m_a", ("m", 0), range(m.T), ("m", tag(a)))
+            yield from bars.bar("P0", 0, False)
+            yield from m.reads("WG0 PV_a", stage(0, range(4)), tag(a))
+            yield from release(0, 0, a)
+            if not has_b:
+                break
+            yield from bars.bar("P1", 0, p1_wait)
+            yield from m.reads("WG0 m_b", [("m", 1)], ("m", tag(b)))
+            yield from wait_phase(H[1][0], uses[1] + k)
+            m.read_begin("WG0 PV_b", (1, 8), ("P", tag(b)))
+            for kk in stage(1, range(4)):
+                m.read_begin("WG0 PV_b", kk, tag(b))
+            if b + 1 < n:  # the next tile a's planes 0-3, behind PV_b
+                yield from wait_phase(H[0][0], uses[0] + k + 1)
+                s_part(range(4), a + 2)
+            yield
+            m.read_end("WG0 PV_b", (1, 8), ("P", tag(b)))
+            for kk in stage(1, range(4)):
+                m.read_end("WG0 PV_b", kk, tag(b))
+            yield from release(0, 1, b)
+        yield from bars.bar("End", 0, True)
+
     def wg0():
+        if halves:
+            yield from wg0_halves()
+            return
         if start:
             yield from start(0)
         for k in range((n + 1) // 2):
@@ -238,7 +293,8 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
             a, b = 2 * k, 2 * k + 1
             if b < n:
                 yield from bars.bar("S0", 1, True)
-                yield from wait_phase(full[1], uses[1] + k)
+                for bar in (halves[1] if halves else [full[1]]):
+                    yield from wait_phase(bar, uses[1] + k)
                 s_b = Q + stage(1, range(9))
                 for kk in s_b[:9]:
                     m.read_begin("WG1 S_b", kk, q)
@@ -246,7 +302,7 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
                     m.read_begin("WG1 S_b", kk, tag(b))
                 yield from bars.bar("P0", 1, True)
                 yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
-                yield from wait_phase(full[0], uses[0] + k)
+                yield from wait_phase(halves[0][1] if halves else full[0], uses[0] + k)
                 pv_a = stage(0, range(4, 8))
                 for kk in pv_a:
                     m.read_begin("WG1 PV_a", kk, tag(a))
@@ -272,7 +328,7 @@ def consumers(n, full, bars, m, masked, release, start=None, after_s_b=None, use
             else:
                 yield from bars.bar("P0", 1, True)
                 yield from m.reads("WG1 m_a", [("m", 0)], ("m", tag(a)))
-                yield from wait_phase(full[0], uses[0] + k)
+                yield from wait_phase(halves[0][1] if halves else full[0], uses[0] + k)
                 m.read_begin("WG1 PV_a", (0, 8), ("P", tag(a)))
                 yield from m.reads("WG1 PV_a", stage(0, range(4, 8)), tag(a))
                 m.read_end("WG1 PV_a", (0, 8), ("P", tag(a)))

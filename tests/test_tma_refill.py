@@ -26,6 +26,8 @@ class Scheme:
     masked_arrivals: int = 2         # thread 0's plain arrivals on a masked tile's phase
     sync_after_clean: bool = True    # a block-wide barrier between the cleaning and the pairs
     carry_uses: bool = True          # a piece's consumers count the stages' uses by earlier pieces
+    halves: bool = False             # tc_attn_tma: a barrier a half (one arrival), WG0's S in two parts
+    wg1_waits_own_half: bool = True  # (halves) WG1's PV_a waits for planes_of(1, 0), not WG0's half
 
 
 @dataclass(frozen=True)
@@ -45,13 +47,18 @@ def simulate_pieces(blks, rng, scheme=Scheme()):
     are counted over the block, a piece's tiles and Q are told apart from the last piece's."""
     T = blks[0].T
     full = [Mbar(scheme.full_count, "full[0]"), Mbar(scheme.full_count, "full[1]")]
+    if scheme.halves:  # halves[s][w]: planes_of(w, s)
+        full = [[Mbar(1, f"half[{s}][{w}]") for w in (0, 1)] for s in (0, 1)]
     bars = NamedBarriers()
     m = Smem(T, rng)  # the planes, masks and Q; the copies in flight
     uses = [0, 0]  # each stage's uses by the earlier pieces
     for n, blk in enumerate(blks):
         simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme)
         uses = [uses[s] + (blk.ntiles + 1 - s) // 2 for s in (0, 1)]
-        assert [f.phase for f in full] == uses
+        if scheme.halves:
+            assert [[h.phase for h in full[s]] for s in (0, 1)] == [[uses[s]] * 2 for s in (0, 1)]
+        else:
+            assert [f.phase for f in full] == uses
         assert not m.ops, "a copy of the piece still in flight at its end"
     assert not m.ops
     return m.early
@@ -70,9 +77,10 @@ def simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme):
     def load_half(who, w, s, j):
         """planes_of(w, s) of tile j into stage s: the issuer's arrive.expect_tx, then its boxes."""
         planes, u = scheme.planes_of(w, s), uses[s] + (j >> 1)
-        full[s].arrive(u, expect_tx=len(planes))
+        bar = full[s][w] if scheme.halves else full[s]
+        bar.arrive(u, expect_tx=len(planes))
         for p in planes:
-            m.tma(f"{who} TMA", (s, p), tag(j), full[s], u)
+            m.tma(f"{who} TMA", (s, p), tag(j), bar, u)
             yield
 
     def masked(j):
@@ -106,8 +114,8 @@ def simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme):
                 yield from bars.bar("C", t, True, T)
             if t == 0:
                 for j in range(blk.nmasked):
-                    for _ in range(scheme.masked_arrivals):
-                        full[j].arrive(uses[j])
+                    for w in range(scheme.masked_arrivals):
+                        (full[j][w] if scheme.halves else full[j]).arrive(uses[j])
         started[t] = True
 
     def ready(w):
@@ -126,8 +134,11 @@ def simulate_piece(n, blk, T, full, bars, m, uses, rng, scheme):
     def start_pairs(w):
         yield from wait(lambda: ready(w))
 
+    halves = None
+    if scheme.halves:
+        halves = full if scheme.wg1_waits_own_half else [[full[0][0], full[0][0]], full[1]]
     wg0, wg1 = consumers(blk.ntiles, full, bars, m, masked, release, start_pairs, refill_after_s_b,
-                         uses=tuple(uses) if scheme.carry_uses else (0, 0), tag=tag, q=("Q", n))
+                         uses=tuple(uses) if scheme.carry_uses else (0, 0), tag=tag, q=("Q", n), halves=halves)
     # The piece ends on the End barrier (256 threads): the next piece's start follows it.
     run([start(t) for t in range(T)] + [wg0, wg1], rng, background=[m.engine()])
 
@@ -160,6 +171,31 @@ def test_the_pieces_model_catches_lost_phases():
     for _ in range(20):
         try:
             simulate_pieces([Block(3, 1, 2), Block(4, 0, 2), Block(5, 2, 2)], rng, Scheme(carry_uses=False))
+        except AssertionError:
+            failed += 1
+    assert failed > 0
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_halves(seed):
+    """tc_attn_tma's halves: a barrier a half, WG0's S of a tile in two parts (planes 0-3 behind
+    the previous pair's PV_b)."""
+    rng = random.Random(seed)
+    for _ in range(8):
+        simulate(blocks(rng), rng, Scheme(halves=True))
+
+
+@pytest.mark.parametrize("scheme", [Scheme(halves=True, wg1_waits_own_half=False),
+                                    Scheme(halves=True, masked_arrivals=1)],
+                         ids=["WG1-waits-WG0s-half", "one-masked-half"])
+def test_the_model_catches_broken_halves(scheme):
+    rng = random.Random(3)
+    failed = 0
+    for _ in range(300):
+        ntiles = rng.choice([3, 4, 5, 7])
+        nmasked = rng.choice([1, 2]) if scheme.masked_arrivals != 2 else rng.choice([0, 1])
+        try:
+            simulate(Block(ntiles, nmasked, rng.choice([1, 2])), rng, scheme)
         except AssertionError:
             failed += 1
     assert failed > 0
