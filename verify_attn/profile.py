@@ -40,10 +40,10 @@ recorded in ``metrics``; a quantity with none has no series, said in one line, a
 ncu refuses all the same (the profile is then taken again without it) or leaves out of its
 report.
 
-Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02, before the SM tail's two metrics): 6 points x 3 kernels at ffa97079, 18
-calls profiled in 17 s, 5 replay passes a launch, Profile's whole set-up 24 s (effa37c, 4
-kernels: 24 calls in 20-23 s); so every Quick point is profiled. The result records the measured ``seconds`` and
-ncu's ``passes`` per launch.
+Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02, before the SM tail's two metrics): 6
+points x 3 kernels at ffa97079, 18 calls profiled in 17 s, 5 replay passes a launch, Profile's
+whole set-up 24 s (effa37c, 4 kernels: 24 calls in 20-23 s); so every Quick point is profiled.
+The result records the measured ``seconds`` and ncu's ``passes`` per launch.
 """
 
 from __future__ import annotations
@@ -328,19 +328,15 @@ def target(points: list[tuple], impls_: list[str], manifest: Path, variant: str 
     return 0
 
 
-def _point_words(result: dict, point: tuple) -> str:
-    """h64 q9 p65536; b8 h16 q9 for the serving variants."""
-    if result.get("variant", "quick").startswith("serving"):
-        return "b{} h{} q{}".format(*point)
-    return "h{} q{} p{}".format(*point)
-
-
 def table(result: dict) -> str:
     """The result as a table for a person."""
+    from . import suite
+
     rows = [f"{'point':24s} {'kernels':28s} {'us':>8s} {'GB/s':>7s} {'dram%':>6s} {'tensor%':>8s} {'issue%':>7s} "
             f"{'occ%':>5s} {'regs':>5s} {'smem':>7s} {'tail':>5s}  top stall"]
     for (h, q, p, impl), c in sorted(result["points"].items(), key=lambda kv: (kv[0][:3], kv[0][3])):
-        rows.append(f"{_point_words(result, (h, q, p)) + ' ' + impl:24s} {'+'.join(c['kernels'])[:28]:28s} {c['duration_s'] * 1e6:8.1f} "
+        where = f"{suite.point_name(result.get('variant', 'quick'), (h, q, p))} {impl}"
+        rows.append(f"{where:24s} {'+'.join(c['kernels'])[:28]:28s} {c['duration_s'] * 1e6:8.1f} "
                     f"{c['dram_bytes_per_s'] / 1e9:7.0f} {c['dram_pct']:6.1f} {c['tensor_pipe_pct']:5.1f} "
                     f"{c['tensor_pipe'][:2]:2s} {c['issue_pct']:7.1f} {c['occupancy_pct']:5.1f} {c['registers']:5.0f} "
                     f"{c['dynamic_smem_bytes']:7.0f} {c['sm_tail']:5.2f}  {c['top_stall']}")

@@ -40,6 +40,11 @@ def case_of(variant: str, point: tuple) -> cases.Case:
     return cases.grid_case(heads, q_len, prefix, tree=sel.tree, pad_to=sel.pad_to)
 
 
+def point_name(variant: str, point: tuple) -> str:
+    """A point as the tables name it: h64 q9 p65536, b8 h16 q9 for the serving variants."""
+    return ("b{} h{} q{}" if variant.startswith("serving") else "h{} q{} p{}").format(*point)
+
+
 def impls(variant: str = "full") -> list[str]:
     sel = selection(variant)
     chosen = registry.under_test() if sel.impls == "under_test" else registry.names()

@@ -262,8 +262,7 @@ def main(argv=None) -> int:
 
 def selected(points: str) -> list[tuple[cases.Case, str]]:
     """(case, point's name) of one selection of this device's grid, as the suite builds them."""
-    form = "b{} h{} q{}" if points.startswith("serving") else "h{} q{} p{}"
-    return [(suite.case_of(points, pt), form.format(*pt)) for pt in suite.selection(points).points()]
+    return [(suite.case_of(points, pt), suite.point_name(points, pt)) for pt in suite.selection(points).points()]
 
 
 def run(args) -> int:

@@ -197,7 +197,7 @@ def moved(new: dict, old: dict) -> list[str]:
         if a is not None and b is not None and a != b:
             out.append(count_moved(words, scale, a, b))
     a, b = old.get("track_sm_tail"), new.get("track_sm_tail")
-    if a is not None and b is not None and abs(round(b, 2) - round(a, 2)) >= MOVED_TAIL - 1e-9:
+    if a is not None and b is not None and abs(round(100 * b) - round(100 * a)) >= round(100 * MOVED_TAIL):
         out.append(f"SM tail {a:.2f}→{b:.2f}x")
     a, b = top_stall(old), top_stall(new)
     if a and b and a[0] != b[0]:
