@@ -239,7 +239,11 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
   // Row sums over the quad and the two warpgroups (both hold the same final maximum).
   post_row_sums(s_l, l_run, w, wq, g, t4);
   bar_sync<kBarEnd, kConsumerThreads>();
-  store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);  // abort: a wait timed out
+  // abort: a wait timed out
+  if (a.slots == 0)
+    store_rows<true>(p, a, wk.slot, wk.b, bk.R0, bk.rows_valid, s_l, m_run, o, abort, w, wq, g, t4);
+  else
+    store_partial_staged(p, a, wk.slot, bk.R0, bk.rows_valid, s_l, m_run, o, abort, smem, sbase, w, wq, g, t4, tid);
 #else
   __trap();  // launched only where the library holds sm_90a code (plan_tc checks the device)
 #endif

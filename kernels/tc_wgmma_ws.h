@@ -544,6 +544,44 @@ __device__ __forceinline__ void consume_tiles(float (&o)[128], float (&m_run)[2]
     }
   }
 }
+
+// A partial's rows, normalised, through shared memory: each thread writes its values into the
+// freed stages (row r at kOffKV + r * kStageRow; the 32-byte pad puts the four quads of a
+// half-warp on distinct banks), then one thread a row copies it out by the bulk-copy engine
+// (2 KB, contiguous in ws_o) instead of 64 scattered 8-byte stores a thread. The stages are
+// free: both warpgroups' last wgmma waited (their O is final) and no refill is pending past the
+// last tile. The copier waits until its row is read (the next range's loads, path 4's deal, follow a
+// block-wide barrier); tc_attn_ws_deal's producer runs ahead into the stages, so it keeps store_rows.
+constexpr int kStageRow = (kLatent + 8) * 4;
+static_assert(kRows * kStageRow <= 2 * kTileBytes, "the partial rows fit the two stages");
+__device__ __forceinline__ void store_partial_staged(const Params& p, const TcArgs& a, int slot, int R0,
+                                                     int rows_valid, const float* s_l, const float (&m_run)[2],
+                                                     const float (&o)[128], volatile uint32_t* abort, uint8_t* smem,
+                                                     uint32_t sbase, int w, int wq, int g, int t4, int tid) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * wq + g + 8 * h;
+    if (r >= rows_valid) continue;
+    const RowEnd e = row_end(s_l[r] + s_l[kRows + r], m_run[h]);
+    float lse2 = e.lse2, inv = e.inv;
+    if (*abort) inv = lse2 = __int_as_float(0x7fffffff);
+    float* d = reinterpret_cast<float*>(smem + kOffKV + r * kStageRow) + 256 * w + 2 * t4;
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      *reinterpret_cast<float2*>(d + 8 * i) = make_float2(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (w == 0 && t4 == 0) a.ws_lse[int64_t(slot) * a.R + R0 + r] = lse2;
+  }
+  fence_smem();  // the generic-proxy writes, for the bulk copy's reads
+  bar_sync<kBarEnd, kConsumerThreads>();
+  if (tid < rows_valid) {
+    float* dst = a.ws_o + (int64_t(slot) * a.R + R0 + tid) * kLatent;
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+                 "r"(sbase + kOffKV + tid * kStageRow), "n"(kLatent * 4)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+  }
+}
 #endif
 }  // namespace ws
 
