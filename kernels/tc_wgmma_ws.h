@@ -226,14 +226,17 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
 __device__ __forceinline__ void tma_expect(uint32_t bar) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "n"(kTileBytes) : "memory");
 }
+// L2 policy of a key tile's boxes: evict first, as FlashMLA's CacheHintSm90::EVICT_FIRST. A
+// block streams its keys once; the hint keeps them from displacing lines still to be read.
+constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
 // One box: plane kc of the tile (64 dims x 64 rows from cache row row0) into the stage at dst,
 // counted on bar's transaction bytes. map: a __grid_constant__ argument's address
 // (KvMap::map), read in place by the TMA unit.
 __device__ __forceinline__ void tma_plane(const CUtensorMap* map, uint32_t dst, uint32_t bar, int row0, int kc) {
   asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::
-          "r"(dst + kc * kPlane),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(kc * 64), "r"(row0), "r"(bar)
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst + kc * kPlane),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(kc * 64), "r"(row0), "r"(bar), "l"(kEvictFirst)
       : "memory");
 }
 // The boxes of planes_of(w, s): planes 4w..4w+3, and the rope plane where s != w (it holds P
