@@ -95,9 +95,10 @@ __device__ __forceinline__ void load_tile_row(uint32_t s_buf, const uint16_t* kv
   const uint16_t* src = ok ? kv + row * kKeyDim : kv;
   const int bytes = ok ? 16 : 0;
   const uint32_t dst = s_buf + r * kRowBytes;
+  const uint64_t policy = l2_evict_first();
 #pragma unroll
   for (int c = tid % C::TPR; c < kChunks; c += C::TPR)
-    cp_async16(dst + swz(r, c) * 16, ok ? src + c * 8 : src, bytes);
+    cp_async16_hint(dst + swz(r, c) * 16, ok ? src + c * 8 : src, bytes, policy);
 }
 
 // One k-step of S += Q K^T: A of MTA m16 tiles from qa (16 rows apart), B of NT n8 key tiles

@@ -136,13 +136,18 @@ struct Tiles {
     return t < wk.key_hi ? cache_row(p, wk.b, t) : int64_t(-1);
   }
   // src: the row, or for a row out of range the tensor's first row (a valid address, 0 bytes
-  // read, zero filled); either way chunk c is at src + 8 c, an immediate offset.
+  // read, zero filled); either way chunk c is at src + 8 c, an immediate offset. Keys: a key
+  // row, read once by this block (evict first from L2).
+  template <bool Keys>
   __device__ void load_row(uint32_t dst, int rows, const uint16_t* src, bool ok) const {
     const int bytes = ok ? 16 : 0;
 #pragma unroll
     for (int k = 0; k < kChunks / 4; ++k) {
       const int c = (tid & 3) + 4 * k;
-      cp_async16(dst + at(rows, lr, c), src + c * 8, bytes);
+      if constexpr (Keys)
+        cp_async16_hint(dst + at(rows, lr, c), src + c * 8, bytes, l2_evict_first());
+      else
+        cp_async16(dst + at(rows, lr, c), src + c * 8, bytes);
     }
   }
   __device__ void build_mask(int j) {
@@ -175,11 +180,11 @@ struct Tiles {
     for (int i = tid; i < a.parent_cap; i += kThreads) s_parent[i] = __ldg(parent_g + i);
     {
       const bool ok = lr < rows_valid;
-      load_row(sbase + kOffQ, kRows, ok ? p.q + (int64_t(wk.b) * a.R + R0 + lr) * kKeyDim : p.q, ok);
+      load_row<false>(sbase + kOffQ, kRows, ok ? p.q + (int64_t(wk.b) * a.R + R0 + lr) * kKeyDim : p.q, ok);
     }
     if (ntiles > 0) {
       const int64_t row = row_for(0);
-      load_row(kv_buf(0), N, p.kv + (row >= 0 ? row : 0) * kKeyDim, row >= 0);
+      load_row<true>(kv_buf(0), N, p.kv + (row >= 0 ? row : 0) * kKeyDim, row >= 0);
     }
     cp_async_commit();
     row_next = ntiles > 1 ? row_for(1) : int64_t(-1);
@@ -189,7 +194,7 @@ struct Tiles {
   // During tile j: tile j + 1's gather goes out, tile j + 2's row offset is fetched.
   __device__ void next(int j) {
     if (j + 1 < ntiles) {
-      load_row(kv_buf((j & 1) ^ 1), N, p.kv + (row_next >= 0 ? row_next : 0) * kKeyDim, row_next >= 0);
+      load_row<true>(kv_buf((j & 1) ^ 1), N, p.kv + (row_next >= 0 ? row_next : 0) * kKeyDim, row_next >= 0);
       cp_async_commit();
       if (j + 2 < ntiles) row_next = row_for(j + 2);
       if (tile_masked(j + 1)) build_mask(j + 1);

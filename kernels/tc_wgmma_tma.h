@@ -78,17 +78,20 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
   // Row lr of a 64-row plane set at dst, 18 of its 72 chunks, from src (a valid address; 0
   // bytes read and zero filled when !ok).
   const int lr = tid >> 2;
-  auto load_row = [&](uint32_t dst, const uint16_t* src, bool ok) {
+  auto load_row = [&](uint32_t dst, const uint16_t* src, bool ok, auto keys) {
 #pragma unroll
     for (int k = 0; k < kChunks / 4; ++k) {
       const int c = (tid & 3) + 4 * k;
-      cp_async16(dst + wg::at(kRows, lr, c), src + c * 8, ok ? 16 : 0);
+      if constexpr (decltype(keys)::value)  // a key row, read once by this block
+        cp_async16_hint(dst + wg::at(kRows, lr, c), src + c * 8, ok ? 16 : 0, l2_evict_first());
+      else
+        cp_async16(dst + wg::at(kRows, lr, c), src + c * 8, ok ? 16 : 0);
     }
   };
   if (tid == 0) s_bad[0] = s_bad[1] = 0;
   if (ntiles > 0) {
     const bool ok = lr < bk.rows_valid;
-    load_row(sbase + kOffQ, ok ? p.q + (int64_t(wk.b) * a.R + bk.R0 + lr) * kKeyDim : p.q, ok);
+    load_row(sbase + kOffQ, ok ? p.q + (int64_t(wk.b) * a.R + bk.R0 + lr) * kKeyDim : p.q, ok, std::false_type{});
   }
   __syncthreads();  // the mbarriers initialised, s_bad cleared
   if (tid == 0) {
@@ -109,7 +112,7 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
   for (int j = 0; j < nmasked; ++j) {
     const int t = bk.tile_t0(j) + lr;
     const int64_t row = t < wk.key_hi ? cache_row(p, wk.b, t) : int64_t(-1);
-    load_row(stage(j), p.kv + (row >= 0 ? row : 0) * kKeyDim, row >= 0);
+    load_row(stage(j), p.kv + (row >= 0 ? row : 0) * kKeyDim, row >= 0, std::true_type{});
   }
   cp_async_commit();
   cp_async_wait_all();

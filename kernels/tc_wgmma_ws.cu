@@ -61,19 +61,6 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     for (int i = pt; i < a.parent_cap; i += 128) s_parent[i] = __ldg(parent_g + i);
     TreeWalk walk(pt < ntok ? bk.i_lo + pt : -1);
     if (pt == 0 && kvm.on) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&kvm.map)) : "memory");
-    // Row rg + 16 i of a 64-row plane set at dst: 9 x 16 bytes (its chunk x of each plane),
-    // from src (a valid address; 0 bytes read and zero filled when !ok).
-    auto load_rows = [&](uint32_t dst, const int64_t (&row)[4], const uint16_t* base) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int r = rg + 16 * i;
-        const bool ok = row[i] >= 0;
-        const uint16_t* src = base + (ok ? row[i] : 0) * kKeyDim + x * 8;
-        const uint32_t d = dst + r * 128 + (((x ^ r) & 7) << 4);
-#pragma unroll
-        for (int kc = 0; kc < 9; ++kc) cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
-      }
-    };
     // The cache rows of tile j (-1: past the range), in int64.
     auto rows_of = [&](int j, int64_t (&row)[4]) {
 #pragma unroll
@@ -89,7 +76,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         const int r = rg + 16 * i;
         qrow[i] = r < bk.rows_valid ? int64_t(wk.b) * a.R + bk.R0 + r : int64_t(-1);
       }
-      load_rows(sQ, qrow, p.q);  // completes before any tile's arrival (arrivals track every earlier cp.async)
+      load_rows<false>(sQ, qrow, p.q, rg, x);  // completes before any tile's arrival (arrivals track every earlier cp.async)
     }
     bar_sync<kBarProd, 128>();  // the parents staged
     // With a tensor map the unmasked tiles (whole prefix tiles, every row attended) come by TMA
@@ -120,7 +107,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
         continue;
       }
       if (j >= 2) mbar_wait(empty1 + 8 * s, par, abort);  // every plane: WG1's release too
-      load_rows(stage(s), row, p.kv);
+      load_rows<true>(stage(s), row, p.kv, rg, x);
       if (j + 1 < ntiles && !by_tma(j + 1)) rows_of(j + 1, row);  // the next tile's offsets while this one lands
       if (bk.tile_masked(j)) {
         // The tile at the tree rows: wait for it, zero its non-finite values and mark their
@@ -338,7 +325,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
           const int r = rg + 16 * i;
           qrow[i] = r < bk.rows_valid ? int64_t(b) * a.R + bk.R0 + r : int64_t(-1);
         }
-        load_rows(sQ, qrow, p.q, rg, x);
+        load_rows<false>(sQ, qrow, p.q, rg, x);
       }
       {
         const int32_t* parent_g = p.parent + int64_t(b) * p.q_len;
@@ -353,7 +340,7 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws_deal(Params p, TcA
         if (j >= 2 || (j == 1 && (ph & 8))) {  // the stage's previous use released by both consumers
           st.wait_released(s, ((ph >> s) ^ (j >> 1) ^ 1) & 1);
         }
-        load_rows(st.stage(s), row, p.kv, rg, x);
+        load_rows<true>(st.stage(s), row, p.kv, rg, x);
         if (j + 1 < pc[kPcTiles]) rows_of(j + 1, row);  // the next tile's offsets while this one lands
         if (j < pc[kPcMasked])
           clean_tile(smem, st, s, pt, ntok, s_bad, s_mask, [&] {

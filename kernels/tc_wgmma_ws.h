@@ -411,7 +411,9 @@ struct Stages {
 };
 
 // Producer: row rg + 16 i of a 64-row plane set at dst, 9 x 16 bytes (its chunk x of each
-// plane), from base's row row[i] (-1: 0 bytes read and zero filled).
+// plane), from base's row row[i] (-1: 0 bytes read and zero filled). Keys: key rows, read once
+// by this block (evict first from L2).
+template <bool Keys>
 __device__ __forceinline__ void load_rows(uint32_t dst, const int64_t (&row)[4], const uint16_t* base, int rg, int x) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -420,7 +422,12 @@ __device__ __forceinline__ void load_rows(uint32_t dst, const int64_t (&row)[4],
     const uint16_t* src = base + (ok ? row[i] : 0) * kKeyDim + x * 8;
     const uint32_t d = dst + r * 128 + (((x ^ r) & 7) << 4);
 #pragma unroll
-    for (int kc = 0; kc < 9; ++kc) cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
+    for (int kc = 0; kc < 9; ++kc) {
+      if constexpr (Keys)
+        cp_async16_hint(d + kc * kPlane, src + kc * 64, ok ? 16 : 0, l2_evict_first());
+      else
+        cp_async16(d + kc * kPlane, src + kc * 64, ok ? 16 : 0);
+    }
   }
 }
 
