@@ -290,6 +290,10 @@ def test_the_benchmark_reads_a_profiled_call():
     assert bench.track_stall_long_scoreboard(result) == pytest.approx(1.4)
     assert bench.track_sm_tail(result) == pytest.approx(1.14)
     assert math.isnan(bench.track_stall_gmma(result))  # not in the export: n/a, not a failure
+    older = dict(result["points"][(64, 9, 65536, "tc")])
+    del older["sm_tail"], older["kernels"]  # what an older commit's profile returned
+    bench.call = older
+    assert math.isnan(bench.track_sm_tail(result)) and math.isnan(bench.track_kernels(result))
     with pytest.raises(NotImplementedError, match="fails its check: x"):
         bench.setup(result, 64, 9, 2048, "tc")
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):
