@@ -12,11 +12,14 @@ namespace wg {
 // Row h of this thread's scores s (keys kw + 8 i + 2 t4 + e, i < K / 4): to log2 units,
 // non-finite scores NaN; masked (the one or two tiles at the tree rows), keys with a
 // non-finite cache value (bad) NaN and keys the row cannot see (word) -inf. Returns this
-// thread's maximum of the row (max.NaN). A constant `masked` drops the mask test.
+// thread's maximum of the row (max.NaN). A constant `masked` drops the mask test. The maximum
+// is taken in four independent chains, joined at the end: one chain of K / 2 dependent max.NaN
+// was the largest latency stall of the softmax under ncu's source counters (H200). max.NaN is
+// exact and associative, so the result is the same bit for bit.
 template <int K>
 __device__ __forceinline__ float scale_row(float (&s)[K], int h, float qk_scale, bool masked, uint64_t word,
                                            uint64_t bad, int kw, int t4) {
-  float mx = -INFINITY;
+  float mx[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < K / 4; ++i)
 #pragma unroll
@@ -29,9 +32,9 @@ __device__ __forceinline__ float scale_row(float (&s)[K], int h, float qk_scale,
         if (!((word >> key) & 1)) v = -INFINITY;
       }
       s[4 * i + 2 * h + e] = v;
-      mx = nan_max(mx, v);
+      mx[(2 * i + e) & 3] = nan_max(mx[(2 * i + e) & 3], v);
     }
-  return mx;
+  return nan_max(nan_max(mx[0], mx[1]), nan_max(mx[2], mx[3]));
 }
 // The maximum over the quad that holds a row (max.NaN).
 __device__ __forceinline__ float quad_max(float mx) {
