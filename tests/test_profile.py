@@ -15,6 +15,7 @@ import math
 import os
 import stat
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -162,11 +163,13 @@ elif "--query-metrics" in args:
         print('"Metric Name","Metric Type","Metric Unit","Metric Description"')
     for name in conf["offered"]:
         print(('"%s","Counter","","-"' if "--csv" in args else "%-60s  description") % name)
+elif "--import" in args and "source" in args:
+    sys.stdout.write(open(os.path.join(state, "source.csv")).read())
 elif "--import" in args:
     name = "renamed.csv" if "--print-nvtx-rename" in args else "plain.csv"
     sys.stdout.write(open(os.path.join(state, name)).read())
 else:
-    metrics = args[args.index("--metrics") + 1].split(",")
+    metrics = args[args.index("--metrics") + 1].split(",") if "--metrics" in args else []
     bad = [m for m in metrics if m in conf.get("refuse", [])]
     if conf.get("fail"):
         print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters")
@@ -194,6 +197,7 @@ def stand_in(tmp_path, monkeypatch):
     exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
     (state / "plain.csv").write_text(export())
     (state / "renamed.csv").write_text(export(renamed=True))
+    (state / "source.csv").write_text((Path(__file__).parent / "data" / "ncu_source_tc_attn_tma.csv").read_text())
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_NCU", str(state))
     monkeypatch.setenv("VERIFY_ATTN_CACHE", str(tmp_path / "cache"))
@@ -231,6 +235,33 @@ def test_run_through_ncu(stand_in, capsys):
     assert "naive" not in target
     assert "1 profiled launches outside any point's range, left out: vectorized_elementwise_kernel" in capsys.readouterr().err
     assert (profile.work_dir() / "raw-nvtx.csv").exists()  # the files stay for a person
+
+
+def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys):
+    state, _ = stand_in
+    result = profile.run_source([(64, 9, 65536)], top=3)
+    assert set(result["points"]) == {(64, 9, 65536, "tc"), (64, 9, 65536, "tc_mma")}
+    (args,) = [a for a in calls_of(state) if "--export" in a]
+    assert "--metrics" not in args and args[args.index("--warp-sampling-interval") + 1] == "1"
+    assert [args[n + 1] for n, a in enumerate(args) if a == "--section"] == ["SourceCounters", "SpeedOfLight"]
+    pages = [a for a in calls_of(state) if "source" in a]
+    # tc's call is the attention kernel (90 us) and the merge (10 us): the attention kernel's page
+    assert sorted(a[a.index("--launch-skip") + 1] for a in pages) == ["0", "2"]
+    tc = result["points"][(64, 9, 65536, "tc")]
+    assert tc["kernel"] == "tc_attn_wg" and tc["kinds"]["named barrier wait"] == 22800
+    assert [i["kind"] for i in tc["instructions"]] == ["named barrier wait", "wgmma wait", "wgmma issue"]
+    assert profile.main(["--source", "--points", "64:9:65536", "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "h64 q9 p65536 tc (tc_attn_wg): 41310 warp samples" in out and "named barrier wait 55.2%" in out
+
+
+def test_source_mode_refuses_a_page_without_samples(stand_in, capsys):
+    state, _ = stand_in
+    (state / "source.csv").write_text(export())  # a raw page where the source page belongs
+    assert profile.main(["--source", "--points", "64:9:65536"]) == 1
+    assert "no source page with warp samples" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        profile.main(["--source", "--top", "0"])
 
 
 def test_a_metric_ncu_refuses_is_dropped_and_named(stand_in, capsys):
@@ -290,6 +321,10 @@ def test_the_benchmark_reads_a_profiled_call():
     assert bench.track_stall_long_scoreboard(result) == pytest.approx(1.4)
     assert bench.track_sm_tail(result) == pytest.approx(1.14)
     assert math.isnan(bench.track_stall_gmma(result))  # not in the export: n/a, not a failure
+    older = dict(result["points"][(64, 9, 65536, "tc")])
+    del older["sm_tail"], older["kernels"]  # what an older commit's profile returned
+    bench.call = older
+    assert math.isnan(bench.track_sm_tail(result)) and math.isnan(bench.track_kernels(result))
     with pytest.raises(NotImplementedError, match="fails its check: x"):
         bench.setup(result, 64, 9, 2048, "tc")
     with pytest.raises(NotImplementedError, match="not a profiled Quick point"):

@@ -120,13 +120,14 @@ def refused(log: str, requested) -> list[str]:
 
 
 def profile(ncu: str, report: Path, metrics: list[str], nvtx_include: str, command: list[str],
-            timeout: float) -> str:
+            timeout: float, sections: tuple[str, ...] = (), options: tuple[str, ...] = ()) -> str:
     """Profile command's kernels inside the NVTX push/pop range nvtx_include (ncu's own clock
-    control, caches flushed before each replay pass) into report (.ncu-rep); returns ncu's
-    output. Raises NcuError with its first error line."""
+    control, caches flushed before each replay pass) into report (.ncu-rep), collecting the
+    metrics and the sections named (and ncu's further options); returns ncu's output. Raises
+    NcuError with its first error line."""
+    asked = (["--metrics", ",".join(metrics)] if metrics else []) + [a for s in sections for a in ("--section", s)]
     args = [ncu, "--target-processes", "application-only", "--nvtx", "--nvtx-include", nvtx_include,
-            "--cache-control", "all", "--metrics", ",".join(metrics), "--export", str(report), "--force-overwrite",
-            *command]
+            "--cache-control", "all", *asked, *options, "--export", str(report), "--force-overwrite", *command]
     proc = _run(args, timeout)
     if proc.returncode != 0 or not report.with_suffix(".ncu-rep").exists():
         raise NcuError(f"ncu exited {proc.returncode}: {first_error(proc.stdout)}", proc.stdout)
@@ -147,6 +148,18 @@ def export_raw(ncu: str, report: Path, nvtx_rename: bool = False) -> str:
     proc = _run(args, 120)
     if proc.returncode != 0:
         raise NcuError(f"ncu --import exited {proc.returncode}: {first_error(proc.stdout)}")
+    return proc.stdout
+
+
+def export_source(ncu: str, report: Path, launch: int) -> str:
+    """One launch's source page as CSV: every source line its code came from and under each its
+    SASS instructions with their counters (verify_attn.stalls reads it). launch is the raw
+    page's ID, the launch's place in the report."""
+    args = [ncu, "--import", str(report.with_suffix(".ncu-rep")), "--launch-skip", str(launch), "--launch-count", "1",
+            "--page", "source", "--print-source", "cuda,sass", "--csv"]
+    proc = _run(args, 120)
+    if proc.returncode != 0:
+        raise NcuError(f"ncu --import --page source exited {proc.returncode}: {first_error(proc.stdout)}")
     return proc.stdout
 
 

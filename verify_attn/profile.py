@@ -40,6 +40,12 @@ recorded in ``metrics``; a quantity with none has no series, said in one line, a
 ncu refuses all the same (the profile is then taken again without it) or leaves out of its
 report.
 
+Where the warps wait (``--source``, ``run_source``): a second form, not a series. The same
+target under ncu's SourceCounters (a warp sample every 64 cycles a scheduler) and SpeedOfLight
+(the launches' durations); each call's main kernel's source page is read by verify_attn.stalls:
+its samples by kind (an mbarrier's try_wait loop, a named barrier, a warpgroup MMA's wait or
+issue, the rest with its stall reasons) and its top source lines and instructions.
+
 Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02, before the SM tail's two metrics): 6
 points x 3 kernels at ffa97079, 18 calls profiled in 17 s, 5 replay passes a launch, Profile's
 whole set-up 24 s (effa37c, 4 kernels: 24 calls in 20-23 s); so every Quick point is profiled.
@@ -275,6 +281,53 @@ def run(points=None, timeout: float = 200, builds=("extension",), variant: str =
             "passes": ncu.passes(log), "seconds": time.perf_counter() - t0, "files": str(out)}
 
 
+# Per-instruction warp samples: SourceCounters, and SpeedOfLight for the launches' durations
+# (which kernel of a call is its main one); a sample every 2^(5+1) = 64 cycles a warp scheduler.
+SOURCE_SECTIONS = ("SourceCounters", "SpeedOfLight")
+SOURCE_OPTIONS = ("--warp-sampling-interval", "1")
+
+
+def run_source(points=None, timeout: float = 300, variant: str = "quick", names=None, top: int = 10) -> dict:
+    """Where the warps of each call's main kernel (its longest launch) wait, from ncu's
+    per-instruction samples (verify_attn.stalls), for the points and implementations run()
+    takes, in one ncu process. Raises ncu.NcuError (one line) when nothing can be read."""
+    from . import prebuild, stalls, suite
+
+    points = [tuple(p) for p in (points or suite.selection(variant).points())]
+    tool = ncu.find()
+    for proc in prebuild.start(("extension",)):
+        proc.wait()
+    t0 = time.perf_counter()
+    out = work_dir() / "source"
+    out.mkdir(parents=True, exist_ok=True)
+    report, manifest = out / "report", out / "manifest.json"
+    manifest.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
+               "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
+               "--impls", ",".join(names or impls())]
+    log = ncu.profile(tool, report, [], f"{RANGE}/", command, timeout, SOURCE_SECTIONS, SOURCE_OPTIONS)
+    (out / "ncu.log").write_text(log)
+    calls, _ = attribute(ncu.parse_raw(ncu.export_raw(tool, report)),
+                         ncu.parse_raw(ncu.export_raw(tool, report, nvtx_rename=True)))
+    if not calls:
+        raise ncu.NcuError(f"no profiled launch could be attributed to a point (see {out})")
+    duration = METRICS["duration"][0]
+    kernels = {}
+    for point, launches in calls.items():
+        main = max(launches, key=lambda l: l["values"].get(duration, 0.0))
+        text = ncu.export_source(tool, report, main["id"])
+        (out / f"source-{main['id']}.csv").write_text(text)
+        try:
+            _, instructions = stalls.parse(text)
+        except stalls.SourcePageError as exc:
+            raise ncu.NcuError(f"launch {main['id']} ({_short(main['kernel'])}): {exc}") from None
+        kernels[point] = {"kernel": _short(main["kernel"]), **stalls.summarise(instructions, top)}
+    done = json.loads(manifest.read_text()) if manifest.exists() else {"profiled": [], "skipped": {}}
+    return {"variant": variant, "ncu": ncu.version(tool), "points": kernels,
+            "skipped": {point_of(k): why for k, why in done["skipped"].items()},
+            "seconds": time.perf_counter() - t0, "files": str(out)}
+
+
 def recorded() -> dict:
     """What the asv class records: run()'s result, or {"error": one line} (no GPU, no ncu, a
     failed profile), never an exception: the suite's other results stand either way."""
@@ -353,8 +406,14 @@ def main(argv=None) -> int:
                                     "on this device)")
     p.add_argument("--impls", help="the implementations, comma separated (default: the kernels under test "
                                    "that Quick times; a peer such as flashmla may be named)")
+    p.add_argument("--source", action="store_true",
+                   help="where the warps of each call's main kernel wait, from ncu's per-instruction samples "
+                        "(verify_attn.stalls) instead of the counters")
+    p.add_argument("--top", type=int, default=10, help="(with --source) source lines and instructions shown")
     p.add_argument("--json", type=Path, help="also write the result here")
     args = p.parse_args(argv)
+    if args.top < 1:
+        p.error(f"--top {args.top}: give a count of 1 or more")
     try:
         points = [tuple(int(x) for x in s.split(":")) for s in args.points.split(",")] if args.points else None
     except ValueError:
@@ -367,6 +426,8 @@ def main(argv=None) -> int:
         p.error(f"--impls: {', '.join(unknown)} not in the registry ({', '.join(registry.IMPLS)})")
     if args.target:
         return target(points or [], names or [], args.manifest, args.variant)
+    if args.source:
+        return _main_source(points, args, names)
     try:
         result = run(points, variant=args.variant, names=names)
     except ncu.NcuError as exc:
@@ -376,6 +437,25 @@ def main(argv=None) -> int:
     print(f"{len(result['points'])} calls in {result['seconds']:.1f} s; {result['ncu']}; passes a launch "
           f"{sorted(set(result['passes']))}; metrics {json.dumps(result['metrics'])}; missing {result['missing']}; "
           f"skipped {result['skipped']}; files {result['files']}")
+    if args.json:
+        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v
+                                                              for k, v in result["points"].items()},
+                                         "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
+    return 0
+
+
+def _main_source(points, args, names) -> int:
+    from . import stalls, suite
+
+    try:
+        result = run_source(points, variant=args.variant, names=names, top=args.top)
+    except ncu.NcuError as exc:
+        print(f"python -m verify_attn.profile --source: {exc}", file=sys.stderr)
+        return 1
+    for (h, q, p, impl), s in sorted(result["points"].items(), key=lambda kv: (kv[0][:3], kv[0][3])):
+        print(stalls.table(f"{suite.point_name(args.variant, (h, q, p))} {impl} ({s['kernel']})", s) + "\n")
+    print(f"{len(result['points'])} kernels in {result['seconds']:.1f} s; {result['ncu']}; skipped "
+          f"{result['skipped']}; files {result['files']}")
     if args.json:
         args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v
                                                               for k, v in result["points"].items()},
