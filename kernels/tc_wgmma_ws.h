@@ -339,12 +339,16 @@ __device__ __forceinline__ void softmax_tile(float (&s)[32], const float (&m_pre
     mn[h] = nan_max(m_prev[h], mx);
     mu[h] = mn[h] == -INFINITY ? 0.f : mn[h];
     sc[h] = ex2(m_prev[h] - mu[h]);
-    sum[h] = 0.f;
   }
+  // The row sums in two independent chains (even and odd i), added at the end: half the
+  // dependent adds of one chain.
+  float part[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < 8; ++i)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) pa[4 * (i >> 1) + 2 * (i & 1) + h] = exp_pair(s, i, h, mu[h], sum[h]);
+    for (int h = 0; h < 2; ++h) pa[4 * (i >> 1) + 2 * (i & 1) + h] = exp_pair(s, i, h, mu[h], part[i & 1][h]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) sum[h] = part[0][h] + part[1][h];
   // Every warp's S of the tile is done: its rope plane is free.
   if (w == 0) bar_sync<kBarWg, 128>();
   else bar_sync<kBarWg + 1, 128>();
