@@ -237,7 +237,7 @@ def test_run_through_ncu(stand_in, capsys):
     assert (profile.work_dir() / "raw-nvtx.csv").exists()  # the files stay for a person
 
 
-def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys):
+def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys, tmp_path):
     state, _ = stand_in
     result = profile.run_source([(64, 9, 65536)], top=3)
     assert set(result["points"]) == {(64, 9, 65536, "tc"), (64, 9, 65536, "tc_mma")}
@@ -250,7 +250,9 @@ def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys):
     tc = result["points"][(64, 9, 65536, "tc")]
     assert tc["kernel"] == "tc_attn_wg" and tc["kinds"]["named barrier wait"] == 22800
     assert [i["kind"] for i in tc["instructions"]] == ["named barrier wait", "wgmma wait", "wgmma issue"]
-    assert profile.main(["--source", "--points", "64:9:65536", "--top", "2"]) == 0
+    assert profile.main(["--source", "--points", "64:9:65536", "--top", "2", "--json", str(tmp_path / "s.json")]) == 0
+    saved = json.loads((tmp_path / "s.json").read_text())
+    assert saved["points"]["64:9:65536:tc"]["kinds"]["named barrier wait"] == 22800
     out = capsys.readouterr().out
     assert "h64 q9 p65536 tc (tc_attn_wg): 41310 warp samples" in out and "named barrier wait 55.2%" in out
 

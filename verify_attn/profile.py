@@ -174,7 +174,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
         pairs = [(v, w) for v, w in zip(values(quantity), weights) if not math.isnan(v) and not math.isnan(w)]
         return sum(v * w for v, w in pairs) / sum(w for _, w in pairs) if pairs and wsum > 0 else math.nan
 
-    main = max(range(len(launches)), key=lambda n: -1 if math.isnan(durations[n]) else durations[n])
+    main = longest(durations)
     dram = [v for v in values("dram_bytes") if not math.isnan(v)]
     pipes = {p: weighted(f"pipe_{p}") for p in TENSOR_PIPES}
     pipes = {p: v for p, v in pipes.items() if not math.isnan(v)}
@@ -198,6 +198,23 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
         "stalls": stalls,
         "top_stall": max(ranked, key=stalls.get) if ranked else "",
     }
+
+
+def longest(durations: list[float]) -> int:
+    """The index of a call's main kernel: its longest launch (a duration ncu left n/a counts as none)."""
+    return max(range(len(durations)), key=lambda n: -1 if math.isnan(durations[n]) else durations[n])
+
+
+def target_command(manifest: Path, variant: str, points: list[tuple], names) -> list[str]:
+    """The command ncu profiles: this module as its --target at the points, for names (default impls())."""
+    return [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
+            "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
+            "--impls", ",".join(names or impls())]
+
+
+def manifest_of(manifest: Path) -> dict:
+    """What the target called and skipped (nothing when it wrote no manifest)."""
+    return json.loads(manifest.read_text()) if manifest.exists() else {"profiled": [], "skipped": {}}
 
 
 def work_dir() -> Path:
@@ -237,9 +254,7 @@ def run(points=None, timeout: float = 200, builds=("extension",), variant: str =
     out = work_dir()
     report, manifest = out / "report", out / "manifest.json"
     manifest.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
-               "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
-               "--impls", ",".join(names or impls())]
+    command = target_command(manifest, variant, points, names)
     requested = sorted(set(chosen.values()))
     try:
         log = ncu.profile(tool, report, requested, f"{RANGE}/", command, timeout)
@@ -270,7 +285,7 @@ def run(points=None, timeout: float = 200, builds=("extension",), variant: str =
             f"{', '.join(sorted({_short(l['kernel']) for l in stray}))}")
     if not calls:
         raise ncu.NcuError(f"no profiled launch could be attributed to a point (see {out})")
-    done = json.loads(manifest.read_text()) if manifest.exists() else {"profiled": [], "skipped": {}}
+    done = manifest_of(manifest)
     for name in done["profiled"]:
         if point_of(name) not in calls:
             say(f"{name} was called but no kernel of it was profiled")
@@ -302,9 +317,7 @@ def run_source(points=None, timeout: float = 300, variant: str = "quick", names=
     out.mkdir(parents=True, exist_ok=True)
     report, manifest = out / "report", out / "manifest.json"
     manifest.unlink(missing_ok=True)
-    command = [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
-               "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
-               "--impls", ",".join(names or impls())]
+    command = target_command(manifest, variant, points, names)
     log = ncu.profile(tool, report, [], f"{RANGE}/", command, timeout, SOURCE_SECTIONS, SOURCE_OPTIONS)
     (out / "ncu.log").write_text(log)
     calls, _ = attribute(ncu.parse_raw(ncu.export_raw(tool, report)),
@@ -314,7 +327,7 @@ def run_source(points=None, timeout: float = 300, variant: str = "quick", names=
     duration = METRICS["duration"][0]
     kernels = {}
     for point, launches in calls.items():
-        main = max(launches, key=lambda l: l["values"].get(duration, 0.0))
+        main = launches[longest([l["values"].get(duration, math.nan) for l in launches])]
         text = ncu.export_source(tool, report, main["id"])
         (out / f"source-{main['id']}.csv").write_text(text)
         try:
@@ -322,7 +335,7 @@ def run_source(points=None, timeout: float = 300, variant: str = "quick", names=
         except stalls.SourcePageError as exc:
             raise ncu.NcuError(f"launch {main['id']} ({_short(main['kernel'])}): {exc}") from None
         kernels[point] = {"kernel": _short(main["kernel"]), **stalls.summarise(instructions, top)}
-    done = json.loads(manifest.read_text()) if manifest.exists() else {"profiled": [], "skipped": {}}
+    done = manifest_of(manifest)
     return {"variant": variant, "ncu": ncu.version(tool), "points": kernels,
             "skipped": {point_of(k): why for k, why in done["skipped"].items()},
             "seconds": time.perf_counter() - t0, "files": str(out)}
@@ -438,10 +451,14 @@ def main(argv=None) -> int:
           f"{sorted(set(result['passes']))}; metrics {json.dumps(result['metrics'])}; missing {result['missing']}; "
           f"skipped {result['skipped']}; files {result['files']}")
     if args.json:
-        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v
-                                                              for k, v in result["points"].items()},
-                                         "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
+        write_json(args.json, result)
     return 0
+
+
+def write_json(path: Path, result: dict) -> None:
+    """A result as JSON: its (point) keys as "H:Q:P:IMPL" strings."""
+    path.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v for k, v in result["points"].items()},
+                                "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
 
 
 def _main_source(points, args, names) -> int:
@@ -457,9 +474,7 @@ def _main_source(points, args, names) -> int:
     print(f"{len(result['points'])} kernels in {result['seconds']:.1f} s; {result['ncu']}; skipped "
           f"{result['skipped']}; files {result['files']}")
     if args.json:
-        args.json.write_text(json.dumps({**result, "points": {":".join(map(str, k)): v
-                                                              for k, v in result["points"].items()},
-                                         "skipped": {str(k): v for k, v in result["skipped"].items()}}, indent=1))
+        write_json(args.json, result)
     return 0
 
 

@@ -126,8 +126,8 @@ def summarise(instructions: list[Instruction], top: int = 10) -> dict:
     kinds = collections.Counter({k: 0.0 for k in KINDS})
     other = collections.Counter()
     by_line: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
-    for n, ins in enumerate(instructions):
-        k = kind(instructions, n)
+    kind_of = [kind(instructions, n) for n in range(len(instructions))]
+    for ins, k in zip(instructions, kind_of):
         kinds[k] += ins.samples
         if k == "other":
             other.update(ins.reasons)
@@ -145,7 +145,7 @@ def summarise(instructions: list[Instruction], top: int = 10) -> dict:
                    "reasons": _top({k[7:]: v for k, v in c.items() if k.startswith("reason:")})}
                   for (f, ln, text), c in lines],
         "instructions": [{"offset": instructions[n].address - instructions[0].address, "sass": instructions[n].sass,
-                          "where": "{}:{}".format(*instructions[n].lines[0][:2]), "kind": kind(instructions, n),
+                          "where": "{}:{}".format(*instructions[n].lines[0][:2]), "kind": kind_of[n],
                           "samples": instructions[n].samples, "reasons": _top(instructions[n].reasons)}
                          for n in ranked],
     }
