@@ -6,6 +6,9 @@ SourceCounters --warp-sampling-interval 1`, exported with `--page source --print
 cuda,sass --csv`), every file section and source line above them as ncu wrote it.
 """
 
+import csv
+import io
+import json
 from pathlib import Path
 
 import pytest
@@ -53,3 +56,67 @@ def test_table_gives_shares():
 def test_a_page_without_samples_is_refused():
     with pytest.raises(stalls.SourcePageError, match="no source page with warp samples"):
         stalls.parse('"ID","Kernel Name"\n"0","k"\n')
+
+
+def edited(page: str, sass: str, samples: float, reason: str) -> str:
+    """The page with every row of the instruction `sass` holding `samples` warp samples, all of
+    them of stall reason `reason` (as a rebuilt kernel's page would read)."""
+    rows, header = list(csv.reader(io.StringIO(page))), None
+    for row in rows:
+        if row and row[0] == "Line No":
+            header = row
+        elif header and len(row) > 3 and row[3].strip() == sass:
+            for n, name in enumerate(header):
+                if name.startswith("stall_") and n < len(row):
+                    row[n] = "0"
+            row[header.index(stalls.SAMPLES)] = f"{samples:.0f}"
+            row[header.index(f"stall_{reason}")] = f"{samples:.0f}"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    return out.getvalue()
+
+
+def test_stalls_verb_shows_where_samples_moved(tmp_path):
+    """A head whose row maximum lost 50 samples and whose wgmma wait gained 70: the verb ranks
+    the lines by their change and puts the samples in their kinds."""
+    from verify_attn_tools import cli
+
+    base, head, out = tmp_path / "base.csv", tmp_path / "head.csv", tmp_path / "c.json"
+    base.write_text(PAGE)
+    page = edited(PAGE, "FMNMX.NAN R185, R18, R153, !PT", 11, "wait")  # 61 -> 11
+    head.write_text(edited(page, "WARPGROUP.DEPBAR.LE gsb0, 0x0", 13294, "barrier"))  # 13224 -> 13294
+    assert cli.main(["stalls", str(base), str(head), "--top", "3", "--json", str(out)]) == 0
+    c = json.loads(out.read_text())
+    assert c["samples"] == {"base": 41310, "head": 41330, "change": 20}
+    assert c["kinds"]["wgmma wait"]["change"] == 70 and c["kinds"]["other"]["change"] == -50
+    # the instruction's 41 dispatch and 20 selected samples became 11 wait samples
+    assert {r: v["change"] for r, v in c["other_reasons"].items() if v["change"]} == {"dispatch": -41, "selected": -20,
+                                                                                     "wait": 11}
+    # the wait is inlined under two frames, each counted; the maximum's line third, not dropped as smaller
+    assert [(l["where"], l["change"]) for l in c["lines"]] == [("tc_wgmma.h:57", 70), ("tc_wgmma_ws.h:538", 70),
+                                                               ("device.h:25", -50)]
+    assert c["base"]["function"] == c["head"]["function"]
+
+
+def test_stalls_verb_refuses_what_is_not_a_page(tmp_path, capsys):
+    from verify_attn_tools import cli
+
+    page = tmp_path / "p.csv"
+    page.write_text(PAGE)
+    (tmp_path / "k.csv").write_text('"ID","Kernel Name"\n"0","k"\n')
+    assert cli.main(["stalls", str(page), str(tmp_path / "missing.csv")]) == 2
+    assert "missing.csv: no such file" in capsys.readouterr().err
+    assert cli.main(["stalls", str(tmp_path / "k.csv"), str(page)]) == 2
+    assert "k.csv: no source page with warp samples" in capsys.readouterr().err
+
+
+def test_stalls_verb_says_when_the_kernels_differ(tmp_path, capsys):
+    from verify_attn_tools import cli
+
+    base, head = tmp_path / "base.csv", tmp_path / "head.csv"
+    base.write_text(PAGE)
+    head.write_text(PAGE.replace("::tc_attn_tma(", "::tc_attn_ws("))  # every file section names it
+    assert cli.main(["stalls", str(base), str(head)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("tc_attn_tma (base.csv) -> tc_attn_ws (head.csv)")
+    assert "different kernels: compare the shares" in out

@@ -28,6 +28,7 @@ VERBS = {
     "sass": "which kernels' machine code a change moved: BASE against the working tree, instruction by instruction (nvcc)",
     "tables": "the README's H200 tables (Chain, ServingChain, Serving) from one commit's recorded results",
     "artifacts": "check an unpacked results artifact (names, sizes, asv's JSON shape) before it is committed",
+    "stalls": "two ncu source pages of a kernel side by side: where a change moved its warps' samples (no GPU)",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results, 4 a malformed results file)",
 }
 
@@ -64,6 +65,16 @@ def main(argv: list[str] | None = None) -> int:
         # point stdout at /dev/null so that the flush at exit cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def refusing(verb: str, body, argv, code: int = 2) -> int:
+    """body(argv), a refusal one line on stderr and exit `code`: for verbs whose exit 1 means
+    something else (a goal missed, slower) than main's "cannot run here"."""
+    try:
+        return body(argv)
+    except Refusal as exc:
+        print(f"python -m verify_attn {verb}: {exc}", file=sys.stderr)
+        return code
 
 
 def need_gpu(what: str = "this verb") -> None:

@@ -28,11 +28,10 @@ from __future__ import annotations
 import gzip
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-from .cli import Refusal, parser
+from .cli import Refusal, parser, refusing
 from .report import ANCHOR, BENCH, counts, not_judged, points, series_name
 
 SERIES = ("track_time", "track_time_vs_anchor")
@@ -204,12 +203,7 @@ def ends(row: dict, names: list[str], devs: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    try:
-        return table(argv)
-    except Refusal as exc:
-        # 2, not the cli's 1: exit 1 means a goal not met.
-        print(f"python -m verify_attn spread: {exc}", file=sys.stderr)
-        return 2
+    return refusing("spread", table, argv)  # 2, not the cli's 1: exit 1 means a goal not met
 
 
 def table(argv) -> int:

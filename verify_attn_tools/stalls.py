@@ -1,0 +1,122 @@
+"""Two source pages of a kernel side by side: where a change moved its warps' samples.
+
+    python -m verify_attn stalls BASE.csv HEAD.csv [--top 12] [--json FILE]
+
+Each file is one launch's Nsight Compute source page with warp samples: what `python -m
+verify_attn.profile --source` leaves in its folder (its last line names it; source-<launch>.csv,
+overwritten by the next run: copy the base's pages before profiling the head), or `ncu --import
+R.ncu-rep --page source --print-source cuda,sass --csv` of a report taken with `--section
+SourceCounters`. Both are read as verify_attn.stalls reads one page (an instruction inlined from
+several frames counted once); the verb prints the samples and warp instructions of each, the
+samples by kind (mbarrier wait, named barrier wait, wgmma wait, wgmma issue, other) and by stall
+reason within "other", and the source lines whose samples moved most (file:line; an edit above
+a line moves its number, so the source text of each side is shown).
+
+A shortened chain that only moves its time to a wait shows here as samples leaving one line and
+reaching a wait's: the question `ab` (is it faster?) leaves open. Samples count warps, so pages of
+kernels with different warps a block compare by shares, not counts (the verb says when the two
+functions differ). Exit 0; 2 for a file that is missing or not such a page.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from verify_attn import stalls
+
+from .cli import Refusal, bounded, parser, refusing
+
+ALL = 1 << 30  # every line: summarise's top
+
+
+def read(path: Path) -> tuple[str, dict]:
+    """(function name, stalls.summarise of every line) of one page; Refusal when unreadable."""
+    if not path.is_file():
+        raise Refusal(f"{path}: no such file")
+    try:
+        function, instructions = stalls.parse(path.read_text(errors="replace"))
+    except stalls.SourcePageError as exc:
+        raise Refusal(f"{path}: {exc}") from None
+    if not instructions:
+        raise Refusal(f"{path}: a source page without instructions")
+    return function, stalls.summarise(instructions, ALL)
+
+
+def short(function: str) -> str:
+    """The kernel's own name: verify_attn::<unnamed>::tc_attn_tma(...) -> tc_attn_tma."""
+    return function.split("(", 1)[0].rsplit("::", 1)[-1] or "?"
+
+
+def compare(base: dict, head: dict, top: int) -> dict:
+    """Totals, kinds, the reasons of "other" and the lines of base and head, with the change;
+    lines are ranked by the size of their change, largest first."""
+    def pair(a: float, b: float) -> dict:
+        return {"base": a, "head": b, "change": b - a}
+
+    def lines_of(s: dict) -> dict:
+        return {l["where"]: l for l in s["lines"]}
+
+    lb, lh = lines_of(base), lines_of(head)
+    moved = []
+    for where in {**lb, **lh}:
+        a, b = lb.get(where, {}), lh.get(where, {})
+        moved.append({"where": where, **pair(a.get("samples", 0.0), b.get("samples", 0.0)),
+                      "base_source": a.get("source"), "head_source": b.get("source")})
+    moved.sort(key=lambda m: (-abs(m["change"]), m["where"]))
+    reasons = sorted(set(base["other_reasons"]) | set(head["other_reasons"]))
+    return {
+        "samples": pair(base["samples"], head["samples"]),
+        "warp_instructions": pair(base["warp_instructions"], head["warp_instructions"]),
+        "kinds": {k: pair(base["kinds"].get(k, 0.0), head["kinds"].get(k, 0.0)) for k in stalls.KINDS},
+        "other_reasons": {r: pair(base["other_reasons"].get(r, 0.0), head["other_reasons"].get(r, 0.0))
+                          for r in reasons if base["other_reasons"].get(r) or head["other_reasons"].get(r)},
+        "lines": moved[:top],
+    }
+
+
+def percent(p: dict) -> str:
+    return f"{100 * p['change'] / p['base']:+.1f}%" if p["base"] else "new"
+
+
+def text(names: tuple[str, str], files: tuple[str, str], c: dict) -> str:
+    s, w = c["samples"], c["warp_instructions"]
+    out = [f"{names[0]} ({files[0]}) -> {names[1]} ({files[1]})"]
+    if names[0] != names[1]:
+        out.append("  different kernels: compare the shares, not the counts (samples count warps)")
+    out += [f"  warp samples {s['base']:,.0f} -> {s['head']:,.0f} ({percent(s)}); warp instructions "
+            f"{w['base'] / 1e6:.2f} M -> {w['head'] / 1e6:.2f} M ({percent(w)})",
+            f"  {'by kind':22s} {'base':>10s} {'head':>10s} {'change':>10s}  share base -> head"]
+    for k, p in c["kinds"].items():
+        out.append(f"  {k:22s} {p['base']:10,.0f} {p['head']:10,.0f} {p['change']:+10,.0f}  "
+                   f"{100 * p['base'] / (s['base'] or 1):.1f}% -> {100 * p['head'] / (s['head'] or 1):.1f}%")
+    ranked = sorted(c["other_reasons"].items(), key=lambda kv: -abs(kv[1]["change"]))[:6]
+    out.append("  other, by reason: " + ", ".join(f"{r} {p['change']:+,.0f}" for r, p in ranked))
+    out.append(f"  source lines, largest change first ({len(c['lines'])}):")
+    for m in c["lines"]:
+        source = m["head_source"] if m["head_source"] is not None else m["base_source"]
+        gone = " (base only)" if m["head_source"] is None else " (head only)" if m["base_source"] is None else ""
+        changed = " (text differs)" if None not in (m["base_source"], m["head_source"]) and m["base_source"] != m["head_source"] else ""
+        out.append(f"    {m['where']:28s} {m['base']:9,.0f} -> {m['head']:9,.0f} {m['change']:+9,.0f}"
+                   f"{gone}{changed}  {(source or '')[:60]}")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    return refusing("stalls", run, argv)  # 2, as a bad argument: no GPU needed, so no "cannot run here" (1)
+
+
+def run(argv) -> int:
+    p = parser("stalls", __doc__)
+    p.add_argument("base", type=Path, help="the base's source page (CSV)")
+    p.add_argument("head", type=Path, help="the head's source page (CSV)")
+    p.add_argument("--top", type=bounded(1), default=12, help="source lines shown (default 12)")
+    p.add_argument("--json", type=Path, help="also write the comparison here")
+    args = p.parse_args(argv)
+    (fb, base), (fh, head) = read(args.base), read(args.head)
+    c = compare(base, head, args.top)
+    print(text((short(fb), short(fh)), (args.base.name, args.head.name), c))
+    if args.json:
+        args.json.write_text(json.dumps({"base": {"file": str(args.base), "function": fb},
+                                         "head": {"file": str(args.head), "function": fh}, **c}, indent=1))
+    return 0
