@@ -9,8 +9,8 @@ R.ncu-rep --page source --print-source cuda,sass --csv` of a report taken with `
 SourceCounters`. Both are read as verify_attn.stalls reads one page (an instruction inlined from
 several frames counted once); the verb prints the samples and warp instructions of each, the
 samples by kind (mbarrier wait, named barrier wait, wgmma wait, wgmma issue, other) and by stall
-reason within "other", and the source lines whose samples moved most (file:line; an edit above
-a line moves its number, so the source text of each side is shown).
+reason within "other", and the source lines whose samples moved most (by file:line: an edit above
+a line moves its number, so each line shows its source text, marked where the base's differs).
 
 A shortened chain that only moves its time to a wait shows here as samples leaving one line and
 reaching a wait's: the question `ab` (is it faster?) leaves open. Samples count warps, so pages of
