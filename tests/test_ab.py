@@ -6,6 +6,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -167,3 +168,36 @@ def test_points_the_grid_lacks_are_refused_before_any_build(monkeypatch, capsys)
     monkeypatch.setenv("VERIFY_ATTN_GRID", "tiny")  # its serving selection is empty
     assert ab.main(["main", "--points", "serving"]) == 2
     assert "--points serving: this device's grid" in capsys.readouterr().err
+
+
+def test_source_sets_the_bases_page_beside_the_heads(tmp_path, monkeypatch, capsys):
+    """--source: after the pairs, the base's and the head's pages of each point profiled in one
+    ncu process (profile.run_source with base) are compared as the stalls verb compares them."""
+    import types
+
+    from verify_attn import ncu, profile
+
+    page = (Path(__file__).parent / "data" / "ncu_source_tc_attn_tma.csv").read_text()
+    base_page, head_page = tmp_path / "b.csv", tmp_path / "h.csv"
+    base_page.write_text(page)
+    head_page.write_text(page.replace('"16","0","16","18324"', '"116","0","116","18324"'))  # the first FMNMX: 100 more
+    asked = []
+
+    def run_source(points, variant, names, base):
+        asked.append((points, variant, names, base))
+        if variant == "serving_chain":
+            raise ncu.NcuError("stand-in: ncu failed")
+        got = {(64, 9, 65536, "tc"): {"page": str(head_page)}, (64, 9, 65536, "tc@va_base"): {"page": str(base_page)}}
+        return {"points": got, "skipped": {(8, 9, 65536, "tc@va_base"): "fails its check: stand-in"}}
+
+    monkeypatch.setattr(profile, "run_source", run_source)
+    args = types.SimpleNamespace(impl=None, source=[("chain", (64, 9, 65536)), ("chain", (8, 9, 65536)),
+                                                    ("serving_chain", (8, 16, 9))])
+    out = ab.source_pages(args, "0123abcd")
+    assert asked[0] == ([(64, 9, 65536), (8, 9, 65536)], "chain", ["tc"], "0123abcd")  # one ncu process a selection
+    assert [(c["point"], c["impl"]) for c in out] == [([64, 9, 65536], "tc")]
+    assert out[0]["samples"]["change"] == 100 and out[0]["kinds"]["other"]["change"] == 100
+    text = capsys.readouterr()
+    assert "chain h64 q9 p65536 tc, base -> head:" in text.out and "device.h:25" in text.out
+    assert "chain h8 q9 p65536 tc: not profiled on both sides ({(8, 9, 65536, 'tc@va_base'): 'fails its check" in text.out
+    assert "ab --source: stand-in: ncu failed" in text.err  # the verdict stands; one line says why

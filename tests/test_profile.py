@@ -120,6 +120,13 @@ def test_attribution_joins_the_two_exports_by_launch_id():
     assert profile.point_of("verify_attn.profile/va-profile:16:33:16384:flash") == (16, 33, 16384, "flash")
 
 
+def test_kernel_name_drops_namespaces_templates_and_parameters():
+    assert profile.kernel_name("void verify_attn::tc_attn_wg<2, 4>(verify_attn::Params, verify_attn::TcArgs)") == "tc_attn_wg"
+    assert profile.kernel_name("verify_attn::<unnamed>::tc_attn<verify_attn::<unnamed>::Config<2, 4, 2, 2, 2, true>>"
+                               "(verify_attn::Params, verify_attn::<unnamed>::TcArgs)") == "tc_attn"  # as a source page names it
+    assert profile.kernel_name("va_base::<unnamed>::tc_attn_tma(va_base::Params)") == "tc_attn_tma"  # ab's base build
+
+
 def test_summarise_one_call():
     calls, _ = profile.attribute(ncu.parse_raw(export()), ncu.parse_raw(export(renamed=True)))
     tc = profile.summarise(calls[(64, 9, 65536, "tc")], M)
@@ -239,7 +246,11 @@ def test_run_through_ncu(stand_in, capsys):
 
 def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys, tmp_path):
     state, _ = stand_in
+    stale = profile.work_dir() / "source" / "source-chain-h8-q9-p65536-tc.csv"  # an earlier run's page
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("x")
     result = profile.run_source([(64, 9, 65536)], top=3)
+    assert not stale.exists()
     assert set(result["points"]) == {(64, 9, 65536, "tc"), (64, 9, 65536, "tc_mma")}
     (args,) = [a for a in calls_of(state) if "--export" in a]
     assert "--metrics" not in args and args[args.index("--warp-sampling-interval") + 1] == "1"
@@ -250,11 +261,33 @@ def test_source_mode_reads_each_calls_main_kernel(stand_in, capsys, tmp_path):
     tc = result["points"][(64, 9, 65536, "tc")]
     assert tc["kernel"] == "tc_attn_wg" and tc["kinds"]["named barrier wait"] == 22800
     assert [i["kind"] for i in tc["instructions"]] == ["named barrier wait", "wgmma wait", "wgmma issue"]
+    # each point's page under its name, for the stalls verb; a rerun's pages replace these
+    assert Path(tc["page"]).name == "source-quick-h64-q9-p65536-tc.csv" and Path(tc["page"]).is_file()
+    assert sorted(p.name for p in Path(tc["page"]).parent.glob("source-*.csv")) == [
+        "source-quick-h64-q9-p65536-tc.csv", "source-quick-h64-q9-p65536-tc_mma.csv"]
     assert profile.main(["--source", "--points", "64:9:65536", "--top", "2", "--json", str(tmp_path / "s.json")]) == 0
     saved = json.loads((tmp_path / "s.json").read_text())
     assert saved["points"]["64:9:65536:tc"]["kinds"]["named barrier wait"] == 22800
     out = capsys.readouterr().out
     assert "h64 q9 p65536 tc (tc_attn_wg): 41310 warp samples" in out and "named barrier wait 55.2%" in out
+    assert "  page: " in out and "source-quick-h64-q9-p65536-tc_mma.csv" in out
+
+
+def test_source_mode_with_a_base_profiles_both_builds(stand_in):
+    """--base (ab --source): the target is asked for the base's build too, and its launches,
+    named impl@va_base by their ranges, get pages of their own beside the head's."""
+    state, _ = stand_in
+    base = [(k.replace("tc_attn_wg<", "tc_attn_ws<"), r + "@va_base", *v) for k, r, *v in LAUNCHES[:2]]
+    launches = [*LAUNCHES[:2], *base, *LAUNCHES[2:]]
+    (state / "plain.csv").write_text(export(launches=launches))
+    (state / "renamed.csv").write_text(export(renamed=True, launches=launches))
+    result = profile.run_source([(64, 9, 65536)], variant="chain", names=["tc"], base="0123abcd")
+    (args,) = [a for a in calls_of(state) if "--export" in a]
+    assert args[args.index("--base") + 1] == "0123abcd" and args[args.index("--impls") + 1] == "tc"
+    base_page = Path(result["points"][(64, 9, 65536, "tc@va_base")]["page"])
+    assert base_page.name == "source-chain-h64-q9-p65536-tc@va_base.csv" and base_page.is_file()
+    assert Path(result["points"][(64, 9, 65536, "tc")]["page"]).name == "source-chain-h64-q9-p65536-tc.csv"
+    assert profile.point_of("verify_attn.profile/va-profile:64:9:65536:tc@va_base") == (64, 9, 65536, "tc@va_base")
 
 
 def test_source_mode_refuses_a_page_without_samples(stand_in, capsys):

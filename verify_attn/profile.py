@@ -44,7 +44,9 @@ Where the warps wait (``--source``, ``run_source``): a second form, not a series
 target under ncu's SourceCounters (a warp sample every 64 cycles a scheduler) and SpeedOfLight
 (the launches' durations); each call's main kernel's source page is read by verify_attn.stalls:
 its samples by kind (an mbarrier's try_wait loop, a named barrier, a warpgroup MMA's wait or
-issue, the rest with its stall reasons) and its top source lines and instructions.
+issue, the rest with its stall reasons) and its top source lines and instructions. Each page is
+kept under the point's name (page_name), a run replacing the last run's, for `python -m
+verify_attn stalls` to set a base's page beside a head's.
 
 Cost, measured on the H200 (ncu 2025.3.1, 2026-12-02, before the SM tail's two metrics): 6
 points x 3 kernels at ffa97079, 18 calls profiled in 17 s, 5 replay passes a launch, Profile's
@@ -65,7 +67,7 @@ from pathlib import Path
 from . import grid, ncu, registry
 
 RANGE = "verify_attn.profile"  # the NVTX range ncu's filter takes: only the profiled calls
-LABEL = re.compile(r"va-profile:(\d+):(\d+):(\d+):([\w.-]+)")
+LABEL = re.compile(r"va-profile:(\d+):(\d+):(\d+):([\w.@-]+)")  # impl, or impl@ns: another build's
 # quantity -> candidate metric names, preferred first (Nsight Compute 2023-2025 names).
 METRICS = {
     "duration": ("gpu__time_duration.sum",),
@@ -151,11 +153,13 @@ def attribute(plain: list[dict], renamed: list[dict]) -> tuple[dict[tuple, list[
     return calls, stray
 
 
-def _short(kernel: str) -> str:
-    """A kernel's function name without its namespace, template arguments and parameters."""
+def kernel_name(kernel: str) -> str:
+    """A kernel's function name without its namespace, template arguments and parameters
+    (verify_attn::<unnamed>::tc_attn<...Config<2, 4>>(...) -> tc_attn)."""
     name = kernel.split("(")[0].strip()
-    name = re.sub(r"<.*>", "", name).split()[-1] if name else kernel
-    return name.split("::")[-1]
+    while re.search(r"<[^<>]*>", name):  # innermost first: <unnamed> and nested arguments alike
+        name = re.sub(r"<[^<>]*>", "", name)
+    return name.split()[-1].split("::")[-1] if name.split() else kernel
 
 
 def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
@@ -183,7 +187,7 @@ def summarise(launches: list[dict], chosen: dict[str, str]) -> dict:
     busiest = max(pipes, key=pipes.get) if pipes else ""
     most, mean = values("sm_active_max")[main], values("sm_active_avg")[main]
     return {
-        "kernels": [_short(l["kernel"]) for l in launches],
+        "kernels": [kernel_name(l["kernel"]) for l in launches],
         "duration_s": total if total > 0 else math.nan,
         "dram_bytes_per_s": sum(dram) / total if dram and total > 0 else math.nan,
         "dram_pct": weighted("dram_pct"),
@@ -205,11 +209,12 @@ def longest(durations: list[float]) -> int:
     return max(range(len(durations)), key=lambda n: -1 if math.isnan(durations[n]) else durations[n])
 
 
-def target_command(manifest: Path, variant: str, points: list[tuple], names) -> list[str]:
-    """The command ncu profiles: this module as its --target at the points, for names (default impls())."""
+def target_command(manifest: Path, variant: str, points: list[tuple], names, base: str | None = None) -> list[str]:
+    """The command ncu profiles: this module as its --target at the points, for names (default
+    impls()); with base (a commit), that commit's kernels of the same names beside them."""
     return [sys.executable, "-m", "verify_attn.profile", "--target", "--manifest", str(manifest),
             "--variant", variant, "--points", ",".join(":".join(map(str, p)) for p in points),
-            "--impls", ",".join(names or impls())]
+            "--impls", ",".join(names or impls()), *(("--base", base) if base else ())]
 
 
 def manifest_of(manifest: Path) -> dict:
@@ -282,7 +287,7 @@ def run(points=None, timeout: float = 200, builds=("extension",), variant: str =
     calls, stray = attribute(launches, ncu.parse_raw(renamed))
     if stray:
         say(f"{len(stray)} profiled launches outside any point's range, left out: "
-            f"{', '.join(sorted({_short(l['kernel']) for l in stray}))}")
+            f"{', '.join(sorted({kernel_name(l['kernel']) for l in stray}))}")
     if not calls:
         raise ncu.NcuError(f"no profiled launch could be attributed to a point (see {out})")
     done = manifest_of(manifest)
@@ -302,10 +307,13 @@ SOURCE_SECTIONS = ("SourceCounters", "SpeedOfLight")
 SOURCE_OPTIONS = ("--warp-sampling-interval", "1")
 
 
-def run_source(points=None, timeout: float = 300, variant: str = "quick", names=None, top: int = 10) -> dict:
+def run_source(points=None, timeout: float = 300, variant: str = "quick", names=None, top: int = 10,
+               base: str | None = None) -> dict:
     """Where the warps of each call's main kernel (its longest launch) wait, from ncu's
     per-instruction samples (verify_attn.stalls), for the points and implementations run()
-    takes, in one ncu process. Raises ncu.NcuError (one line) when nothing can be read."""
+    takes, in one ncu process; with base (a commit), also that commit's kernels of those names
+    (impl@va_base, verify_attn.revision.BASE_NS: the base's page beside the head's, as `ab
+    --source` sets them). Raises ncu.NcuError (one line) when nothing can be read."""
     from . import prebuild, stalls, suite
 
     points = [tuple(p) for p in (points or suite.selection(variant).points())]
@@ -317,7 +325,9 @@ def run_source(points=None, timeout: float = 300, variant: str = "quick", names=
     out.mkdir(parents=True, exist_ok=True)
     report, manifest = out / "report", out / "manifest.json"
     manifest.unlink(missing_ok=True)
-    command = target_command(manifest, variant, points, names)
+    for stale in out.glob("source-*.csv"):  # a page left from an earlier run would pass for this one's
+        stale.unlink()
+    command = target_command(manifest, variant, points, names, base)
     log = ncu.profile(tool, report, [], f"{RANGE}/", command, timeout, SOURCE_SECTIONS, SOURCE_OPTIONS)
     (out / "ncu.log").write_text(log)
     calls, _ = attribute(ncu.parse_raw(ncu.export_raw(tool, report)),
@@ -329,16 +339,25 @@ def run_source(points=None, timeout: float = 300, variant: str = "quick", names=
     for point, launches in calls.items():
         main = launches[longest([l["values"].get(duration, math.nan) for l in launches])]
         text = ncu.export_source(tool, report, main["id"])
-        (out / f"source-{main['id']}.csv").write_text(text)
+        page = out / page_name(variant, point)
+        page.write_text(text)
         try:
             _, instructions = stalls.parse(text)
         except stalls.SourcePageError as exc:
-            raise ncu.NcuError(f"launch {main['id']} ({_short(main['kernel'])}): {exc}") from None
-        kernels[point] = {"kernel": _short(main["kernel"]), **stalls.summarise(instructions, top)}
+            raise ncu.NcuError(f"launch {main['id']} ({kernel_name(main['kernel'])}): {exc}") from None
+        kernels[point] = {"kernel": kernel_name(main["kernel"]), "page": str(page), **stalls.summarise(instructions, top)}
     done = manifest_of(manifest)
     return {"variant": variant, "ncu": ncu.version(tool), "points": kernels,
             "skipped": {point_of(k): why for k, why in done["skipped"].items()},
             "seconds": time.perf_counter() - t0, "files": str(out)}
+
+
+def page_name(variant: str, point: tuple) -> str:
+    """The file of a point's source page: source-chain-h64-q9-p65536-tc.csv (what `python -m
+    verify_attn stalls` takes, a base's page beside a head's)."""
+    from . import suite
+
+    return f"source-{variant}-{suite.point_name(variant, point[:3]).replace(' ', '-')}-{point[3]}.csv"
 
 
 def recorded() -> dict:
@@ -362,19 +381,26 @@ def recorded() -> dict:
     return result
 
 
-def target(points: list[tuple], impls_: list[str], manifest: Path, variant: str = "quick") -> int:
+def target(points: list[tuple], impls_: list[str], manifest: Path, variant: str = "quick", base: str | None = None) -> int:
     """The program ncu profiles: each candidate once at each point of the variant, in its
-    point's NVTX range, after a check and a warm-up call outside it."""
+    point's NVTX range, after a check and a warm-up call outside it; with base (a commit),
+    that commit's build of the same implementations too (revision.BASE_NS, built from git as
+    `ab` builds it: cached, so ab's own build is found)."""
     import torch
 
-    from . import candidate, cases, ops, suite
+    from . import anchor, build, candidate, cases, ops, revision, suite
 
     ops.load()
+    chosen = candidate.of(impls_)
+    if base:
+        lib, held = revision.library(anchor.repository(), base, revision.BASE_NS)
+        build.load_library(lib)
+        chosen += candidate.of([i for i in impls_ if i in held], revision.BASE_NS)
     done = {"profiled": [], "skipped": {}}
     for point in points:
         inputs = cases.make_inputs(suite.case_of(variant, point), "cuda", 0)
-        for o in candidate.outcomes(inputs, candidate.of(impls_)):
-            name = label(*point, o.impl)
+        for o in candidate.outcomes(inputs, chosen):
+            name = label(*point, o.candidate.name)
             if o.skipped or not o.error.ok:
                 done["skipped"][name] = o.skipped or f"fails its check: {o.error.reason}"
                 continue
@@ -413,6 +439,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m verify_attn.profile", description=__doc__.splitlines()[0])
     p.add_argument("--target", action="store_true", help="(ncu's target: run the calls, profile nothing)")
     p.add_argument("--manifest", type=Path, help="(with --target) where to write what was called and skipped")
+    p.add_argument("--base", help="(with --target) a commit whose kernels of the same names run beside (ab --source)")
     p.add_argument("--variant", default="quick", choices=list(grid.SELECTIONS["cuda"]),
                    help="the selection whose cases are profiled (default quick; verify_attn.grid)")
     p.add_argument("--points", help="H:Q:P,... (B:H:Q for the serving variants; default: the variant's points "
@@ -438,7 +465,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"--impls: {', '.join(unknown)} not in the registry ({', '.join(registry.IMPLS)})")
     if args.target:
-        return target(points or [], names or [], args.manifest, args.variant)
+        return target(points or [], names or [], args.manifest, args.variant, args.base)
     if args.source:
         return _main_source(points, args, names)
     try:
@@ -470,7 +497,8 @@ def _main_source(points, args, names) -> int:
         print(f"python -m verify_attn.profile --source: {exc}", file=sys.stderr)
         return 1
     for (h, q, p, impl), s in sorted(result["points"].items(), key=lambda kv: (kv[0][:3], kv[0][3])):
-        print(stalls.table(f"{suite.point_name(args.variant, (h, q, p))} {impl} ({s['kernel']})", s) + "\n")
+        print(stalls.table(f"{suite.point_name(args.variant, (h, q, p))} {impl} ({s['kernel']})", s))
+        print(f"  page: {s['page']}\n")
     print(f"{len(result['points'])} kernels in {result['seconds']:.1f} s; {result['ncu']}; skipped "
           f"{result['skipped']}; files {result['files']}")
     if args.json:

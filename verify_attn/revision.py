@@ -18,6 +18,7 @@ from pathlib import Path
 from . import build, registry
 
 LIBRARY = re.compile(r"\b(TORCH_LIBRARY(?:_FRAGMENT|_IMPL)?)\(\s*verify_attn\s*,")
+BASE_NS = "va_base"  # a base commit's namespace (ab's, profile --base's): torch.ops.va_base.<impl>
 
 
 class RevisionError(Exception):

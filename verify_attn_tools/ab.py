@@ -1,6 +1,7 @@
 """Paired check: a base commit's kernels and the checkout's, timed in one process, in turn.
 
-    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--points quick chain ..] [--json FILE]
+    python -m verify_attn ab [BASE] [-f 1.01] [--impl flash tc] [--pairs 20] [--points quick chain ..]
+                             [--source chain:64:9:65536 ..] [--json FILE]
 
 BASE (a git revision, default main) has its kernels/ built from git into its own op
 namespace (va_base) beside the checkout's own build (the working tree as it is, committed or
@@ -34,6 +35,13 @@ through it. A kernel found slower on a GPU gets its sources compiled at both rev
 (verify_attn_tools.sass): its status says whether its machine code moved, or that the two
 builds' launch plans differ at that point, since identical code under the same plan reading
 slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
+
+--source SEL:H:Q:P ... says where, after the pairs: the base's and the head's kernels (--impl's,
+default tc) at those points under Nsight Compute's per-instruction warp samples, in one ncu
+process a selection (verify_attn.profile.run_source, the base's build beside the checkout's),
+each pair of pages set side by side as `python -m verify_attn stalls` sets them (and under
+"source" in --json). It needs a GPU and ncu; what cannot be profiled is one line, and the exit
+code stays the pairs'.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ from .cli import Refusal, parser
 from .children import cleanup
 from .sanitize import cell
 
-NS = "va_base"  # the base's op namespace: torch.ops.va_base.<impl>
+NS = revision.BASE_NS  # the base's op namespace: torch.ops.va_base.<impl>
 ALPHA = 0.01
 SLOW_CALL_S = 0.02  # a kernel call longer than this gets at most 10 pairs (naive at 64K: 0.14 s)
 POINTS = ("quick", "chain", "serving", "serving_chain")  # the selections of verify_attn.grid ab can time
@@ -243,6 +251,9 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--points", nargs="+", default=["quick"], choices=POINTS,
                    help="the grid's selections to time, in this order (default quick; the gate is Quick's either way)")
+    p.add_argument("--source", nargs="+", default=[], type=source_point, metavar="SEL:H:Q:P",
+                   help="after the pairs, where the warps of the base's and the head's kernels wait at these points "
+                        "(e.g. chain:64:9:65536; serving ones SEL:B:H:Q), side by side (ncu; --impl's kernels, default tc)")
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     if args.pairs < 10 or args.pairs % 2:
@@ -258,6 +269,56 @@ def main(argv=None) -> int:
             traceback.print_exc()
         print(f"python -m verify_attn ab: {exc}", file=sys.stderr)
         return 2
+
+
+def source_point(text: str) -> tuple[str, tuple[int, int, int]]:
+    """An argparse type: SEL:H:Q:P (SEL:B:H:Q for the serving selections) -> (SEL, the point)."""
+    import argparse
+
+    sel, _, rest = text.partition(":")
+    try:
+        point = tuple(int(x) for x in rest.split(":"))
+    except ValueError:
+        point = ()
+    if sel not in POINTS or len(point) != 3:
+        raise argparse.ArgumentTypeError(f"{text!r}: give SEL:H:Q:P (SEL:B:H:Q for the serving ones), SEL one of "
+                                         f"{', '.join(POINTS)}, three integers")
+    return sel, point
+
+
+def source_pages(args, base_sha: str) -> list[dict]:
+    """--source: the base's and the head's kernels profiled at the points in one ncu process a
+    selection (verify_attn.profile.run_source with base), each pair of pages set side by side
+    as `python -m verify_attn stalls` sets them, printed. What ncu cannot do is one line on
+    stderr: the pairs' verdict stands either way."""
+    from verify_attn import ncu, profile
+
+    from . import stalls
+
+    impls = args.impl or ["tc"]
+    out = []
+    for sel in dict.fromkeys(s for s, _ in args.source):
+        points = list(dict.fromkeys(pt for s, pt in args.source if s == sel))
+        try:
+            result = profile.run_source(points, variant=sel, names=impls, base=base_sha)
+        except ncu.NcuError as exc:
+            print(f"python -m verify_attn ab --source: {exc}", file=sys.stderr)
+            continue
+        for pt in points:
+            for impl in impls:
+                head, base = result["points"].get((*pt, impl)), result["points"].get((*pt, f"{impl}@{NS}"))
+                where = f"{sel} {suite.point_name(sel, pt)} {impl}"
+                if head is None or base is None:
+                    why = {k: v for k, v in result["skipped"].items() if k[:3] == pt and k[3].split("@")[0] == impl}
+                    print(f"\n{where}: not profiled on both sides ({why or 'no launch attributed'})")
+                    continue
+                (fb, sb), (fh, sh) = stalls.read(Path(base["page"])), stalls.read(Path(head["page"]))
+                c = stalls.compare(sb, sh, 12)
+                print(f"\n{where}, base -> head:\n" + stalls.text((stalls.short(fb), stalls.short(fh)),
+                                                              (Path(base["page"]).name, Path(head["page"]).name), c))
+                out.append({"selection": sel, "point": list(pt), "impl": impl, "base_page": base["page"],
+                            "head_page": head["page"], **c})
+    return out
 
 
 def selected(points: str) -> list[tuple[cases.Case, str]]:
@@ -318,6 +379,11 @@ def run(args) -> int:
     text = markdown(rows, base_sha[:8], head, card, args.factor, failed, tuple(selections))
     print(text)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
+    sources = []
+    if args.source and dev != "cuda":
+        print("python -m verify_attn ab --source: profiling needs a CUDA GPU and ncu; not profiled", file=sys.stderr)
+    elif args.source and not failed:
+        sources = source_pages(args, base_sha)
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
     if not failed and not any(r.ratio is not None for r in rows):
         print(f"python -m verify_attn ab: nothing was timed on {dev} (no {', '.join(selections)} point ran a kernel of both "
@@ -327,6 +393,6 @@ def run(args) -> int:
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev,
                                          "gpu": card if dev == "cuda" else None, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
-                                         "points": selections,
+                                         "points": selections, "source": sources,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code

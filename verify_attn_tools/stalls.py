@@ -3,17 +3,18 @@
     python -m verify_attn stalls BASE.csv HEAD.csv [--top 12] [--json FILE]
 
 Each file is one launch's Nsight Compute source page with warp samples: what `python -m
-verify_attn.profile --source` leaves in its folder (its last line names it; source-<launch>.csv,
-overwritten by the next run: copy the base's pages before profiling the head), or `ncu --import
-R.ncu-rep --page source --print-source cuda,sass --csv` of a report taken with `--section
-SourceCounters`. Both are read as verify_attn.stalls reads one page (an instruction inlined from
+verify_attn.profile --source` keeps of each point (the `page:` under its table, e.g.
+source-chain-h64-q9-p65536-tc.csv; the next run replaces them: copy the base's pages before
+profiling the head), or `ncu --import R.ncu-rep --page source --print-source cuda,sass --csv` of
+a report taken with `--section SourceCounters`. Both are read as verify_attn.stalls reads one page (an instruction inlined from
 several frames counted once); the verb prints the samples and warp instructions of each, the
 samples by kind (mbarrier wait, named barrier wait, wgmma wait, wgmma issue, other) and by stall
 reason within "other", and the source lines whose samples moved most (by file:line: an edit above
 a line moves its number, so each line shows its source text, marked where the base's differs).
 
 A shortened chain that only moves its time to a wait shows here as samples leaving one line and
-reaching a wait's: the question `ab` (is it faster?) leaves open. Samples count warps, so pages of
+reaching a wait's: the question `ab` (is it faster?) leaves open, and `ab --source` asks it at
+the points it names, the base's build profiled beside the head's. Samples count warps, so pages of
 kernels with different warps a block compare by shares, not counts (the verb says when the two
 functions differ). Exit 0; 2 for a file that is missing or not such a page.
 """
