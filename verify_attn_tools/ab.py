@@ -382,7 +382,9 @@ def run(args) -> int:
     sources = []
     if args.source and dev != "cuda":
         print("python -m verify_attn ab --source: profiling needs a CUDA GPU and ncu; not profiled", file=sys.stderr)
-    elif args.source and not failed:
+    elif args.source and failed:
+        print("python -m verify_attn ab --source: not profiled: the checkout failed its check", file=sys.stderr)
+    elif args.source:
         sources = source_pages(args, base_sha)
     code = 2 if failed or any(r.status == "failed" for r in rows) else 1 if any(r.status == "slower" for r in rows) else 0
     if not failed and not any(r.ratio is not None for r in rows):
