@@ -175,29 +175,35 @@ def test_source_sets_the_bases_page_beside_the_heads(tmp_path, monkeypatch, caps
     ncu process (profile.run_source with base) are compared as the stalls verb compares them."""
     import types
 
-    from verify_attn import ncu, profile
+    from verify_attn import ncu, profile, stalls
+    from verify_attn_tools import stalls as stalls_verb
 
     page = (Path(__file__).parent / "data" / "ncu_source_tc_attn_tma.csv").read_text()
-    base_page, head_page = tmp_path / "b.csv", tmp_path / "h.csv"
-    base_page.write_text(page)
-    head_page.write_text(page.replace('"16","0","16","18324"', '"116","0","116","18324"'))  # the first FMNMX: 100 more
+    edited = page.replace('"16","0","16","18324"', '"116","0","116","18324"')  # the first FMNMX: 100 more
     asked = []
 
-    def run_source(points, variant, names, base):
-        asked.append((points, variant, names, base))
+    def summary(text, name, top):  # what run_source gives a point: its kernel, its page, the summary
+        return {"kernel": "tc_attn_tma", "page": str(tmp_path / name),
+                **stalls.summarise(stalls.parse(text)[1], top)}
+
+    def run_source(points, variant, names, top, base):
+        asked.append((points, variant, names, top, base))
         if variant == "serving_chain":
             raise ncu.NcuError("stand-in: ncu failed")
-        got = {(64, 9, 65536, "tc"): {"page": str(head_page)}, (64, 9, 65536, "tc@va_base"): {"page": str(base_page)}}
+        got = {(64, 9, 65536, "tc"): summary(edited, "h.csv", top),
+               (64, 9, 65536, "tc@va_base"): summary(page, "b.csv", top)}
         return {"points": got, "skipped": {(8, 9, 65536, "tc@va_base"): "fails its check: stand-in"}}
 
     monkeypatch.setattr(profile, "run_source", run_source)
     args = types.SimpleNamespace(impl=None, source=[("chain", (64, 9, 65536)), ("chain", (8, 9, 65536)),
                                                     ("serving_chain", (8, 16, 9))])
     out = ab.source_pages(args, "0123abcd")
-    assert asked[0] == ([(64, 9, 65536), (8, 9, 65536)], "chain", ["tc"], "0123abcd")  # one ncu process a selection
+    # one ncu process a selection, every source line kept for the comparison
+    assert asked[0] == ([(64, 9, 65536), (8, 9, 65536)], "chain", ["tc"], stalls_verb.ALL, "0123abcd")
     assert [(c["point"], c["impl"]) for c in out] == [([64, 9, 65536], "tc")]
     assert out[0]["samples"]["change"] == 100 and out[0]["kinds"]["other"]["change"] == 100
     text = capsys.readouterr()
-    assert "chain h64 q9 p65536 tc, base -> head:" in text.out and "device.h:25" in text.out
+    assert "chain h64 q9 p65536 tc, base -> head:\ntc_attn_tma (b.csv) -> tc_attn_tma (h.csv)" in text.out
+    assert "device.h:25" in text.out
     assert "chain h8 q9 p65536 tc: not profiled on both sides ({(8, 9, 65536, 'tc@va_base'): 'fails its check" in text.out
     assert "ab --source: stand-in: ncu failed" in text.err  # the verdict stands; one line says why

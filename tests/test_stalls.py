@@ -120,3 +120,14 @@ def test_stalls_verb_says_when_the_kernels_differ(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("tc_attn_tma (base.csv) -> tc_attn_ws (head.csv)")
     assert "different kernels: compare the shares" in out
+
+
+def test_stalls_verb_names_a_templated_kernel_by_its_own_name(tmp_path, capsys):
+    """A page's function of a template (tc_attn<Config<...>>) reads as the kernel, not its argument."""
+    from verify_attn_tools import cli
+
+    page = tmp_path / "p.csv"
+    page.write_text(PAGE.replace("verify_attn::<unnamed>::tc_attn_tma(",
+                                 "void verify_attn::<unnamed>::tc_attn<verify_attn::<unnamed>::Config<2, 4, 2, 2, 2, true>>("))
+    assert cli.main(["stalls", str(page), str(page)]) == 0
+    assert capsys.readouterr().out.startswith("tc_attn (p.csv) -> tc_attn (p.csv)")

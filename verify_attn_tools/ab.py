@@ -288,9 +288,9 @@ def source_point(text: str) -> tuple[str, tuple[int, int, int]]:
 
 def source_pages(args, base_sha: str) -> list[dict]:
     """--source: the base's and the head's kernels profiled at the points in one ncu process a
-    selection (verify_attn.profile.run_source with base), each pair of pages set side by side
-    as `python -m verify_attn stalls` sets them, printed. What ncu cannot do is one line on
-    stderr: the pairs' verdict stands either way."""
+    selection (verify_attn.profile.run_source with base, every source line kept), each pair set
+    side by side as `python -m verify_attn stalls` sets two pages, printed. What ncu cannot do
+    is one line on stderr: the pairs' verdict stands either way."""
     from verify_attn import ncu, profile
 
     from . import stalls
@@ -300,7 +300,7 @@ def source_pages(args, base_sha: str) -> list[dict]:
     for sel in dict.fromkeys(s for s, _ in args.source):
         points = list(dict.fromkeys(pt for s, pt in args.source if s == sel))
         try:
-            result = profile.run_source(points, variant=sel, names=impls, base=base_sha)
+            result = profile.run_source(points, variant=sel, names=impls, top=stalls.ALL, base=base_sha)
         except ncu.NcuError as exc:
             print(f"python -m verify_attn ab --source: {exc}", file=sys.stderr)
             continue
@@ -312,10 +312,9 @@ def source_pages(args, base_sha: str) -> list[dict]:
                     why = {k: v for k, v in result["skipped"].items() if k[:3] == pt and k[3].split("@")[0] == impl}
                     print(f"\n{where}: not profiled on both sides ({why or 'no launch attributed'})")
                     continue
-                (fb, sb), (fh, sh) = stalls.read(Path(base["page"])), stalls.read(Path(head["page"]))
-                c = stalls.compare(sb, sh, 12)
-                print(f"\n{where}, base -> head:\n" + stalls.text((stalls.short(fb), stalls.short(fh)),
-                                                              (Path(base["page"]).name, Path(head["page"]).name), c))
+                c = stalls.compare(base, head, 12)
+                pages = (Path(base["page"]).name, Path(head["page"]).name)
+                print(f"\n{where}, base -> head:\n" + stalls.text((base["kernel"], head["kernel"]), pages, c))
                 out.append({"selection": sel, "point": list(pt), "impl": impl, "base_page": base["page"],
                             "head_page": head["page"], **c})
     return out

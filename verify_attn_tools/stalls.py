@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from verify_attn import stalls
+from verify_attn.profile import kernel_name
 
 from .cli import Refusal, bounded, parser, refusing
 
@@ -42,11 +43,6 @@ def read(path: Path) -> tuple[str, dict]:
     if not instructions:
         raise Refusal(f"{path}: a source page without instructions")
     return function, stalls.summarise(instructions, ALL)
-
-
-def short(function: str) -> str:
-    """The kernel's own name: verify_attn::<unnamed>::tc_attn_tma(...) -> tc_attn_tma."""
-    return function.split("(", 1)[0].rsplit("::", 1)[-1] or "?"
 
 
 def compare(base: dict, head: dict, top: int) -> dict:
@@ -116,7 +112,7 @@ def run(argv) -> int:
     args = p.parse_args(argv)
     (fb, base), (fh, head) = read(args.base), read(args.head)
     c = compare(base, head, args.top)
-    print(text((short(fb), short(fh)), (args.base.name, args.head.name), c))
+    print(text((kernel_name(fb), kernel_name(fh)), (args.base.name, args.head.name), c))
     if args.json:
         args.json.write_text(json.dumps({"base": {"file": str(args.base), "function": fb},
                                          "head": {"file": str(args.head), "function": fh}, **c}, indent=1))
