@@ -51,6 +51,17 @@ def test_a_slow_call_is_warmed_twice_not_over_every_input_set():
     assert len(timing.samples) == 4  # not the slow count: the second call was fast
 
 
+def test_a_long_call_gets_its_own_sample_count():
+    """Over long_call_s the count is long_samples (more than samples, unlike slow_samples);
+    between the two limits slow_samples; under both samples."""
+    timer = Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0, slow_call_s=0.01, slow_samples=3,
+                  long_call_s=0.03, long_samples=5)
+    assert [timer.samples_for(s) for s in (0.001, 0.02, 0.04)] == [4, 3, 5]
+    timings = timer.time_many({"long": [lambda: time.sleep(0.035)], "slow": [lambda: time.sleep(0.015)]})
+    assert len(timings["long"].samples) == 5 and len(timings["slow"].samples) == 3
+    assert Timer("cpu", samples=4, slow_call_s=0.01, slow_samples=3).samples_for(1.0) == 3
+
+
 def test_variants_alternate():
     order = []
     Timer("cpu", samples=3, min_sample_s=0.0, warmup_s=0.0).time_many(

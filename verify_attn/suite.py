@@ -65,12 +65,21 @@ def _entry(r, peak) -> dict:
     return entry
 
 
-def timer(cold: bool = False, sample_s: float = 2e-3, samples: int = 16) -> Timer:
+# Quick's samples of a call over 0.1 s (naive at heads 64, prefix 65,536: 137 ms). Such a
+# call's samples fall on steps of about 1 ms (0.7%), so a single pair with its twin scatters
+# by about 1.5%, and seven pairs a start left the median 1.3-2.1% apart over five starts
+# (docs/spread.md); Quick's goal is 1%. Odd: one ratio a round.
+LONG_SAMPLES = 31
+
+
+def timer(cold: bool = False, sample_s: float = 2e-3, samples: int = 16, long_samples: int = 0) -> Timer:
     """samples a variant (even: the drift-free series pairs two rounds, measure.paired_ratios)
     of at least sample_s each; 7 for a call over 20 ms (naive at long prefixes: 0.03-0.9 s a
-    call, most of a full run), still enough for asv's test (p = 0.0006 at 7 against 7)."""
+    call, most of a full run), still enough for asv's test (p = 0.0006 at 7 against 7);
+    long_samples (Quick: LONG_SAMPLES) for a call over 0.1 s."""
     if device() == "cuda":
-        return Timer("cuda", samples=samples, min_sample_s=sample_s, cold=cold, slow_call_s=0.02, slow_samples=7)
+        return Timer("cuda", samples=samples, min_sample_s=sample_s, cold=cold, slow_call_s=0.02, slow_samples=7,
+                     long_call_s=0.1, long_samples=long_samples)
     return Timer("cpu", samples=7, min_sample_s=0.02, warmup_s=0.0)
 
 
@@ -115,7 +124,7 @@ def measure_grid(heads: tuple[int, ...] | None, variant: str = "full", timed: bo
     heads = tuple(sorted({h for h, _, _ in points})) if heads is None else tuple(heads)
     dev = device()
     peak = peaks(dev)
-    tm = timer(cold=variant == "cold")
+    tm = timer(cold=variant == "cold", long_samples=LONG_SAMPLES if variant == "quick" else 0)
     out = {"device": dev, "heads": heads or (0,), "peaks": peak.__dict__, "results": {}}
     t0 = time.perf_counter()
     for n, (h, q_len, prefix) in enumerate(points, 1):

@@ -75,11 +75,14 @@ class Timer:
     """Times lists of calls. ``calls`` rotate: call k of a sample runs calls[k % len(calls)]."""
 
     def __init__(self, device: str, samples: int = 15, min_sample_s: float = 2e-3, warmup_s: float = 0.025,
-                 cold: bool = False, max_dropped: int = 20, slow_call_s: float = math.inf, slow_samples: int = 0):
+                 cold: bool = False, max_dropped: int = 20, slow_call_s: float = math.inf, slow_samples: int = 0,
+                 long_call_s: float = math.inf, long_samples: int = 0):
         self.device = device
         self.samples = samples
         self.slow_call_s = slow_call_s    # a variant whose call takes longer gets slow_samples samples
         self.slow_samples = slow_samples
+        self.long_call_s = long_call_s    # and one whose call takes longer still, long_samples
+        self.long_samples = long_samples
         self.min_sample_s = min_sample_s
         self.warmup_s = warmup_s
         self.cold = cold
@@ -154,6 +157,14 @@ class Timer:
         end.synchronize()
         return begin.elapsed_time(end) / 1e3 / number
 
+    def samples_for(self, per_call: float) -> int:
+        """How many samples a variant whose call takes per_call seconds gets."""
+        if per_call > self.long_call_s and self.long_samples:
+            return self.long_samples
+        if per_call > self.slow_call_s and self.slow_samples:
+            return min(self.samples, self.slow_samples)
+        return self.samples
+
     def time(self, calls: Sequence[Callable]) -> Timing:
         return self.time_many({"_": calls})["_"]
 
@@ -165,8 +176,7 @@ class Timer:
         left in the caches, the clock after a long call)."""
         plan = {name: self._calibrate(calls) for name, calls in variants.items()}
         results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _, _) in plan.items()}
-        want = {name: min(self.samples, self.slow_samples) if per_call > self.slow_call_s and self.slow_samples
-                else self.samples for name, (_, _, per_call) in plan.items()}
+        want = {name: self.samples_for(per_call) for name, (_, _, per_call) in plan.items()}
         clocks = {name: [] for name in variants}
         offset, rounds = 0, 0
         while any(len(r.samples) < want[name] for name, r in results.items()):
