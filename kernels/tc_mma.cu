@@ -137,32 +137,53 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn(Params p, TcArgs a) {
       else if (C::MT > 1 && mt_act > 0) qk_tile<C, 1>(s, sQ, sK, wr, wc, lane);
     }
 
-    // Scale to log2 units, mask, row maxima of the warp's keys.
+    // Scale to log2 units, mask, row maxima of the warp's keys. An unmasked tile (all but the
+    // one or two at the tree rows) hides no key and has no cleaned row, so its scores skip
+    // both tests (per score an fma and a max after the scale, not the two 64-bit bit tests,
+    // their selects and the finite test): the same values, in the stretch between two block
+    // barriers where the tensor cores idle.
     float mx[C::MT][2];
+    if (!masked) {
 #pragma unroll
-    for (int mt = 0; mt < C::MT; ++mt) {
-      uint64_t words[2] = {~0ull, ~0ull};
-      const uint64_t bad = masked ? s_bad[j & 1] : 0;
-      if (masked) {  // the rows' tokens (padding rows take the last one)
+      for (int mt = 0; mt < C::MT; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        for (int nt = 0; nt < C::NTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            // An attended key's non-finite score is a NaN (an inf scoring -inf must not weigh 0).
+            const float v = nan_unless_finite(s[mt][nt][e] * qk_scale);
+            s[mt][nt][e] = v;
+            // Score e is row e >> 1's: a row's first score (e 0 or 2 of nt 0) starts its
+            // maximum, as max(-inf, v) would.
+            mx[mt][e >> 1] = nt == 0 && (e & 1) == 0 ? v : nan_max(mx[mt][e >> 1], v);
+          }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < C::MT; ++mt) {
+        uint64_t words[2];
+        const uint64_t bad = s_bad[j & 1];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // the rows' tokens (padding rows take the last one)
           const int r = min(wr * C::MT * 16 + mt * 16 + g + 8 * h, rows_valid - 1);
           words[h] = s_mask[(j & 1) * kRows + (R0 + r) / p.heads - i_lo];
         }
+        mx[mt][0] = mx[mt][1] = -INFINITY;
+#pragma unroll
+        for (int nt = 0; nt < C::NTS; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = wc * C::NTS * 8 + nt * 8 + 2 * t4 + (e & 1);
+            float v = s[mt][nt][e] * qk_scale;
+            // non-finite or a cleaned row: a NaN; a key the row must not see: -inf
+            if (!(fabsf(v) < INFINITY) || ((bad >> key) & 1)) v = __int_as_float(0x7fffffff);
+            if (!((words[e >> 1] >> key) & 1)) v = -INFINITY;
+            s[mt][nt][e] = v;
+            mx[mt][e >> 1] = nan_max(mx[mt][e >> 1], v);
+          }
       }
-      mx[mt][0] = mx[mt][1] = -INFINITY;
+    }
 #pragma unroll
-      for (int nt = 0; nt < C::NTS; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = wc * C::NTS * 8 + nt * 8 + 2 * t4 + (e & 1);
-          float v = s[mt][nt][e] * qk_scale;
-          // An attended key's non-finite score is a NaN (an inf scoring -inf must not weigh 0).
-          if (!(fabsf(v) < INFINITY) || ((bad >> key) & 1)) v = __int_as_float(0x7fffffff);
-          if (!((words[e >> 1] >> key) & 1)) v = -INFINITY;
-          s[mt][nt][e] = v;
-          mx[mt][e >> 1] = nan_max(mx[mt][e >> 1], v);
-        }
+    for (int mt = 0; mt < C::MT; ++mt) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         mx[mt][h] = nan_max(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
