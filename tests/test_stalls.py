@@ -131,3 +131,31 @@ def test_stalls_verb_names_a_templated_kernel_by_its_own_name(tmp_path, capsys):
                                  "void verify_attn::<unnamed>::tc_attn<verify_attn::<unnamed>::Config<2, 4, 2, 2, 2, true>>("))
     assert cli.main(["stalls", str(page), str(page)]) == 0
     assert capsys.readouterr().out.startswith("tc_attn (p.csv) -> tc_attn (p.csv)")
+
+
+def test_stalls_verb_follows_a_line_an_edit_moved(tmp_path, capsys):
+    """An edit above a line moves its number: the verb pairs the line with its own text, not
+    with whatever the old number holds now; a line whose text changed keeps its number's pair."""
+    from verify_attn_tools import cli
+
+    rows = list(csv.reader(io.StringIO(PAGE)))
+    for row in rows:
+        if row and row[0] == "511":
+            row[0] = "509"
+        elif row and row[0] == "538":
+            row[1] = "} else if (peer) {"
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows(rows)
+    base, head, result = tmp_path / "base.csv", tmp_path / "head.csv", tmp_path / "c.json"
+    base.write_text(PAGE)
+    head.write_text(out.getvalue())
+    assert cli.main(["stalls", str(base), str(head), "--top", "50", "--json", str(result)]) == 0
+    lines = {l["where"]: l for l in json.loads(result.read_text())["lines"]}
+    moved = lines["tc_wgmma_ws.h:511->509"]
+    assert moved["change"] == 0 and moved["base"] > 0 and moved["base_source"] == moved["head_source"]
+    assert not {"tc_wgmma_ws.h:511", "tc_wgmma_ws.h:509"} & set(lines)
+    edited_line = lines["tc_wgmma_ws.h:538"]
+    assert edited_line["change"] == 0 and edited_line["head_source"] == "} else if (peer) {" != edited_line["base_source"]
+    assert all(l["change"] == 0 for l in lines.values())
+    text = capsys.readouterr().out
+    assert "tc_wgmma_ws.h:511->509" in text and "(text differs)" in text and "only)" not in text

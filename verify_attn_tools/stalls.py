@@ -9,8 +9,9 @@ profiling the head), or `ncu --import R.ncu-rep --page source --print-source cud
 a report taken with `--section SourceCounters`. Both are read as verify_attn.stalls reads one page (an instruction inlined from
 several frames counted once); the verb prints the samples and warp instructions of each, the
 samples by kind (mbarrier wait, named barrier wait, wgmma wait, wgmma issue, other) and by stall
-reason within "other", and the source lines whose samples moved most (by file:line: an edit above
-a line moves its number, so each line shows its source text, marked where the base's differs).
+reason within "other", and the source lines whose samples moved most: a line is paired with its
+own text in the other page where an edit above it moved its number (shown as file:base->head),
+and else by its number, marked where the base's text differs.
 
 A shortened chain that only moves its time to a wait shows here as samples leaving one line and
 reaching a wait's: the question `ab` (is it faster?) leaves open, and `ab --source` asks it at
@@ -21,6 +22,7 @@ functions differ). Exit 0; 2 for a file that is missing or not such a page.
 
 from __future__ import annotations
 
+import collections
 import json
 from pathlib import Path
 
@@ -51,15 +53,12 @@ def compare(base: dict, head: dict, top: int) -> dict:
     def pair(a: float, b: float) -> dict:
         return {"base": a, "head": b, "change": b - a}
 
-    def lines_of(s: dict) -> dict:
-        return {l["where"]: l for l in s["lines"]}
-
-    lb, lh = lines_of(base), lines_of(head)
     moved = []
-    for where in {**lb, **lh}:
-        a, b = lb.get(where, {}), lh.get(where, {})
-        moved.append({"where": where, **pair(a.get("samples", 0.0), b.get("samples", 0.0)),
-                      "base_source": a.get("source"), "head_source": b.get("source")})
+    for a, b in match(base["lines"], head["lines"]):
+        wa, wb = (a or b)["where"], (b or a)["where"]
+        where = wa if wa == wb else f"{wa}->{wb.rsplit(':', 1)[1]}"
+        moved.append({"where": where, **pair((a or {}).get("samples", 0.0), (b or {}).get("samples", 0.0)),
+                      "base_source": a and a["source"], "head_source": b and b["source"]})
     moved.sort(key=lambda m: (-abs(m["change"]), m["where"]))
     reasons = sorted(set(base["other_reasons"]) | set(head["other_reasons"]))
     return {
@@ -70,6 +69,38 @@ def compare(base: dict, head: dict, top: int) -> dict:
                           for r in reasons if base["other_reasons"].get(r) or head["other_reasons"].get(r)},
         "lines": moved[:top],
     }
+
+
+def match(base: list[dict], head: list[dict]) -> list[tuple[dict | None, dict | None]]:
+    """The base's and the head's source lines in pairs: the same line (file, number and text);
+    then the same text of one file, where that text is one line left on each side (an edit
+    above it moved its number); then the same number (its text edited). The rest stand alone,
+    as (line, None) or (None, line)."""
+    pairs, left_b, left_h = [], list(base), list(head)
+
+    def take(key) -> None:
+        nonlocal left_b, left_h
+        count_b = collections.Counter(key(l) for l in left_b)
+        by_key = {}
+        for l in left_h:
+            by_key.setdefault(key(l), []).append(l)
+        taken = set()
+        for l in left_b:
+            k = key(l)
+            if count_b[k] == 1 and len(by_key.get(k, ())) == 1:
+                pairs.append((l, by_key[k][0]))
+                taken.add(id(l))
+                taken.add(id(by_key[k][0]))
+        left_b = [l for l in left_b if id(l) not in taken]
+        left_h = [l for l in left_h if id(l) not in taken]
+
+    def file_of(l: dict) -> str:
+        return l["where"].rsplit(":", 1)[0]
+
+    take(lambda l: (l["where"], l["source"]))
+    take(lambda l: (file_of(l), l["source"]))
+    take(lambda l: l["where"])
+    return pairs + [(l, None) for l in left_b] + [(None, l) for l in left_h]
 
 
 def percent(p: dict) -> str:
