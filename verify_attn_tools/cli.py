@@ -28,6 +28,7 @@ VERBS = {
     "sass": "which kernels' machine code a change moved: BASE against the working tree, instruction by instruction (nvcc)",
     "tables": "the README's H200 tables (Chain, ServingChain, Serving) from one commit's recorded results",
     "artifacts": "check an unpacked results artifact (names, sizes, asv's JSON shape) before it is committed",
+    "ptx-reads": "kernels that read registers before writing them, BASE against the working tree (nvcc, no GPU)",
     "stalls": "two ncu source pages of a kernel side by side: where a change moved its warps' samples (no GPU)",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results, 4 a malformed results file)",
 }
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     if verb not in VERBS:
         print(f"python -m verify_attn: unknown verb {verb!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"verify_attn_tools.{verb}")
+    module = importlib.import_module(f"verify_attn_tools.{verb.replace('-', '_')}")
     try:
         return module.main(rest)
     except Refusal as exc:

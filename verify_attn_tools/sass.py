@@ -94,17 +94,31 @@ def kernels_at(rev: str, into: Path) -> Path:
     return into / "kernels"
 
 
+def commit_of(rev: str) -> str:
+    """rev's full hash; Refusal when git knows no such commit here."""
+    try:
+        return revision.git(ROOT, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    except revision.RevisionError:
+        raise Refusal(f"{rev!r} is not a commit of this repository") from None
+
+
+def both_sources(rev: str, names: list[str] | None, into: Path) -> tuple[Path, Path, list[str]]:
+    """(kernels/ of rev unpacked under into, the working tree's kernels/, the named kernel
+    sources or every .cu of either); Refusal for a name that neither side has."""
+    base_src, head_src = kernels_at(rev, into / "base"), ROOT / "kernels"
+    names = names or sorted({f.name for d in (base_src, head_src) for f in d.glob("*.cu")})
+    unknown = [n for n in names if not (base_src / n).exists() and not (head_src / n).exists()]
+    if unknown:
+        raise Refusal(f"no such kernel source at either revision: {', '.join(unknown)}")
+    return base_src, head_src, names
+
+
 def code_at(rev: str, names: list[str] | None, arch: str) -> tuple[dict, dict]:
     """({source: {kernel: code}} at rev, the same of the working tree) for the named kernel
     sources (None: every .cu of either); each side compiles the ones it has."""
     flags = build.spec(cuda=True).cuda_flags
-    head_src = ROOT / "kernels"
     with tempfile.TemporaryDirectory() as tmp:
-        base_src = kernels_at(rev, Path(tmp) / "base")
-        names = names or sorted({f.name for d in (base_src, head_src) for f in d.glob("*.cu")})
-        unknown = [n for n in names if not (base_src / n).exists() and not (head_src / n).exists()]
-        if unknown:
-            raise Refusal(f"no such kernel source at either revision: {', '.join(unknown)}")
+        base_src, head_src, names = both_sources(rev, names, Path(tmp))
         return tuple(compile_dir(src, [n for n in names if (src / n).exists()], arch, flags, Path(tmp) / tag)
                      for src, tag in ((base_src, "b"), (head_src, "h")))
 
@@ -171,11 +185,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="write the rows here too")
     args = p.parse_args(argv)
     try:
-        sha = revision.git(ROOT, "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}").strip()
-    except revision.RevisionError:
-        print(f"python -m verify_attn sass: {args.base!r} is not a commit of this repository", file=sys.stderr)
-        return 2
-    try:
+        sha = commit_of(args.base)
         base, head = code_at(sha, args.sources, args.arch)
     except Refusal as exc:
         print(f"python -m verify_attn sass: {exc}", file=sys.stderr)

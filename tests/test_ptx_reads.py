@@ -1,0 +1,102 @@
+"""ptx-reads: registers a kernel may read before writing them, BASE against the working tree (nvcc, no GPU)."""
+
+import shutil
+import subprocess
+
+import pytest
+
+from verify_attn_tools import ptx_reads, sass
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+
+
+def entry(body: str) -> str:
+    return (".visible .entry k(\n\t.param .u64 k_param_0\n)\n{\n\t.reg .pred \t%p<4>;\n\t.reg .f32 \t%f<9>;\n"
+            "\t.reg .b32 \t%r<9>;\n\t.reg .b64 \t%rd<4>;\n" + body + "\n\tret;\n\n}\n")
+
+
+LOOP = """
+\tld.param.u64 \t%rd1, [k_param_0];
+\tmov.u32 \t%r1, %tid.x;
+\t{MAX_BEFORE_LOOP}
+$L__BB0_1:
+\tld.global.f32 \t%f2, [%rd1];
+\tmax.NaN.f32 \t%f3, %f1, %f2;
+\tmov.f32 \t%f1, %f3;
+\tadd.s32 \t%r1, %r1, 1;
+\tsetp.lt.s32 \t%p1, %r1, 64;
+\t@%p1 bra \t$L__BB0_1;
+\tst.global.f32 \t[%rd1], %f1;"""
+
+
+def test_a_loop_carried_value_set_before_the_loop_is_written():
+    assert ptx_reads.undefined_reads(entry(LOOP.replace("{MAX_BEFORE_LOOP}", "mov.f32 \t%f1, 0fFF800000;"))) == {}
+
+
+def test_a_loop_carried_value_unset_before_the_loop_is_read_before_any_write():
+    found = ptx_reads.undefined_reads(entry(LOOP.replace("{MAX_BEFORE_LOOP}", "")))
+    assert list(found) == ["k"] and [r for r, _ in found["k"]] == ["%f1"]
+    assert "max.NaN.f32" in found["k"][0][1]
+
+
+def test_a_register_written_on_one_branch_only_is_read_on_the_other():
+    body = """
+\tld.param.u64 \t%rd1, [k_param_0];
+\tld.global.u32 \t%r1, [%rd1];
+\tsetp.eq.s32 \t%p1, %r1, 0;
+\t@%p1 bra \t$L__BB0_2;
+\tmov.f32 \t%f1, 0f3F800000;
+$L__BB0_2:
+\tst.global.f32 \t[%rd1], %f1;"""
+    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
+    assert ptx_reads.undefined_reads(entry(body.replace("\t@%p1 bra", "\tmov.f32 \t%f1, 0f00000000;\n\t@%p1 bra"))) == {}
+
+
+def test_inline_assembly_labels_are_known_within_their_braces():
+    """Two inlined copies of one wait loop, the same label in each: a branch goes to its own
+    copy's label (the first copy's exit taken to the second's would skip the write between)."""
+    wait = ("\t{\n\t.reg .pred p;\n\tLAB_WAIT:\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%r2], %r3;\n"
+            "\t@p bra.uni DONE;\n\tbra.uni LAB_WAIT;\n\tDONE:\n\t}\n")
+    body = ("\tmov.u32 \t%r2, 0;\n\tmov.u32 \t%r3, 1;\n" + wait + "\tmov.u32 \t%r4, 7;\n" + wait +
+            "\tld.param.u64 \t%rd1, [k_param_0];\n\tst.global.u32 \t[%rd1], %r4;")
+    assert ptx_reads.undefined_reads(entry(body)) == {}
+    tokens = list(ptx_reads._tokens(body))
+    assert [t[1:3] for t in tokens if t[0] == "label"] == [("LAB_WAIT", 1), ("DONE", 1), ("LAB_WAIT", 2), ("DONE", 2)]
+
+
+def test_what_an_instruction_reads_and_writes():
+    reg = ptx_reads.re.compile(r"%(?:rd|r|f|p)\d+\b")
+    assert ptx_reads._parse("shfl.sync.bfly.b32 %r1|%p1, %r2, 16, 31, -1", reg) == (["%r2"], ["%r1", "%p1"])
+    assert ptx_reads._parse("st.shared.v4.f32 [%r1], {%f1, %f2, %f3, %f4}", reg) == (
+        ["%r1", "%f1", "%f2", "%f3", "%f4"], [])
+    assert ptx_reads._parse("@!%p2 ld.shared.v2.f32 {%f1, %f2}, [%r3+16]", reg) == (["%p2", "%r3"], ["%f1", "%f2"])
+    assert ptx_reads._parse("mbarrier.arrive.release.cta.shared::cta.b64 _, [%r5]", reg) == (["%r5"], [])
+    assert ptx_reads._parse("cp.async.cg.shared.global [%r1], [%rd2], 16, %r3", reg) == (["%r1", "%rd2", "%r3"], [])
+
+
+@needs_nvcc
+def test_the_row_maximum_left_unset_is_found(tmp_path, monkeypatch, capsys):
+    """A clone whose tc_mma starts a row's maximum at scores e < 2 (row 1's left to whatever
+    its register held, a change that made NaN rows on an H100 and passed the CPU tests):
+    `ptx-reads HEAD` exits 1 naming every configuration of tc_attn; the clone as committed, 0."""
+    clone = tmp_path / "repo"
+    subprocess.run(["git", "clone", "-q", str(sass.ROOT), str(clone)], check=True)
+    monkeypatch.setattr(sass, "ROOT", clone)
+    assert ptx_reads.main(["HEAD", "--sources", "tc_mma.cu", "--arch", "sm_90"]) == 0
+    assert "none reads more registers" in capsys.readouterr().out
+    src = clone / "kernels" / "tc_mma.cu"
+    text = src.read_text()
+    assert "nt == 0 && (e & 1) == 0 ? v" in text
+    src.write_text(text.replace("nt == 0 && (e & 1) == 0 ? v", "nt == 0 && e < 2 ? v"))
+    assert ptx_reads.main(["HEAD", "--sources", "tc_mma.cu", "--arch", "sm_90"]) == 1
+    out = capsys.readouterr().out
+    flagged = [line for line in out.splitlines() if line.endswith("NEW")]
+    assert len(flagged) == 3 and all(line.startswith("sm_90 tc_mma.cu tc_attn<") for line in flagged), out
+    assert "max.NaN.f32" in out
+
+
+def test_an_unknown_revision_or_source_exits_2(capsys):
+    assert ptx_reads.main(["no-such-revision"]) == 2
+    assert "not a commit" in capsys.readouterr().err
+    assert ptx_reads.main(["HEAD", "--sources", "nope.cu"]) == 2
+    assert "no such kernel source" in capsys.readouterr().err

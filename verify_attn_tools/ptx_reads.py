@@ -1,0 +1,269 @@
+"""Registers a kernel may read before writing them, from its PTX: BASE against the working tree (nvcc, no GPU).
+
+    python -m verify_attn ptx-reads [BASE] [--arch sm_90 ...] [--sources tc_mma.cu ...] [--json FILE]
+
+Every kernel source of kernels/ is compiled to PTX at BASE (a git revision, default main) and
+in the working tree, with this checkout's build flags, for each architecture of the resource
+report (sm_90 as sm_90a, sm_80, sm_120). In each kernel a forward analysis over its basic
+blocks finds the virtual registers that some path from the entry reads before any write: a
+value the compiler could not define, such as a loop-carried maximum that C++ leaves unset
+before the first iteration. Such a register holds whatever the hardware register held, so the
+float64 check catches it only where that value happens to be bad: a row maximum left unset on
+a block's first tile gave NaN rows on some named cases and passed others.
+
+The compiler also reads such registers where no value depends on them: it computes both sides
+of a select ahead of the branch C++ wrote (flash's queries past the last row, multiplied and
+then replaced by 0), or branches twice on one predicate, a path the analysis takes and no run
+can (tc_attn_ws). So the verb compares: per kernel, how many registers BASE's code
+and the working tree's read before a write, marking those with more. What counts as a write:
+an instruction's first operand (a register, a `{...}` vector, `a|b`), except where the
+instruction writes only memory or nothing (stores, reductions, barriers, branches, fences,
+async copies, mbarrier set-up). Exit 0 when no kernel reads more, 1 when one does (its first
+such reads shown), 2 when a revision is unknown or a source does not compile.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from verify_attn import build, resources
+
+from . import sass
+from .cli import Refusal, parser, refusing
+
+
+# Opcodes (their first dotted part, or the two first for mbarrier and wgmma) whose first
+# operand is not a destination register.
+NO_DEST = {"st", "red", "bar", "barrier", "bra", "brx", "ret", "exit", "trap", "membar", "fence", "cp",
+           "prefetch", "prefetchu", "stmatrix", "nanosleep", "setmaxnreg", "griddepcontrol", "tensormap",
+           "multimem", "pmevent", "brkpt", "call", "discard", "applypriority", "mbarrier.init", "mbarrier.expect_tx", "mbarrier.complete_tx", "mbarrier.inval",
+           "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "cp.async", "st.async", "red.async"}
+SKIP = (".reg", ".loc", ".local", ".shared", ".param", ".pragma", ".file", ".section")
+
+
+def _opcode_key(opcode: str) -> tuple[str, str]:
+    parts = opcode.split(".")
+    return parts[0], ".".join(parts[:2])
+
+
+def _operands(text: str) -> list[str]:
+    """Top-level comma-separated operands ({...} and [...] kept whole)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "{[(":
+            depth += 1
+        elif ch in "}])":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return out
+
+
+GUARD = re.compile(r"@!?%?[\w$]+\s+")
+JUMP = re.compile(r"(@!?%?[\w$]+\s+)?(bra|brx|ret|exit|trap)\b\S*\s*(.*)")
+
+
+def _tokens(body: str):
+    """("label", name, scope) and ("stmt", statement, scope, line) of an entry's body in order:
+    each statement "opcode operands" with single spaces. Inline assembly puts several on one
+    line in braces, with declarations and labels of its own (the same label in every inlined
+    copy), so a label is known within its brace scope."""
+    scopes, fresh = [0], 0
+    for raw in body.splitlines():
+        for part in raw.split("//")[0].split(";"):
+            part = " ".join(part.split())
+            while part.startswith(("{", "}")) or re.match(r"[\w$]+:", part):
+                if part[0] == "{":
+                    fresh += 1
+                    scopes.append(fresh)
+                elif part[0] == "}":
+                    if len(scopes) > 1:
+                        scopes.pop()
+                else:
+                    name, _, part = part.partition(":")
+                    yield "label", name, scopes[-1]
+                    continue
+                part = part[1:].strip()
+            if part and not part.startswith(SKIP):
+                yield "stmt", part, scopes[-1], raw.strip()
+
+
+def _parse(stmt: str, reg: re.Pattern) -> tuple[list[str], list[str]]:
+    """(registers read, registers written) of one instruction."""
+    reads = []
+    guard = GUARD.match(stmt)
+    if guard:
+        reads += reg.findall(guard.group(0))
+        stmt = stmt[guard.end():]
+    opcode, _, rest = stmt.partition(" ")
+    ops = _operands(rest)
+    first, second = _opcode_key(opcode)
+    dest: list[str] = []
+    if ops and first not in NO_DEST and second not in NO_DEST and not ops[0].startswith(("[", "_")):
+        dest = reg.findall(ops[0])
+        ops = ops[1:]
+    reads += [r for op in ops for r in reg.findall(op)]
+    return reads, dest
+
+
+def _blocks(body: str) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
+    """The entry's basic blocks (each a list of (statement, its source line)) and each block's
+    successors: a block starts at a label or after a branch, return or exit."""
+    blocks, labels, jumps, cur = [], {}, {}, []
+    for token in _tokens(body):
+        if token[0] == "label":
+            if cur:
+                blocks.append(cur)
+                cur = []
+            labels[token[2], token[1]] = len(blocks)
+            continue
+        _, stmt, scope, raw = token
+        cur.append((stmt, raw))
+        if JUMP.match(stmt):
+            jumps[len(blocks)] = scope
+            blocks.append(cur)
+            cur = []
+    blocks.append(cur)
+
+    def target(name: str, scope: int) -> int | None:
+        return labels.get((scope, name), labels.get((0, name)))
+
+    succ = []
+    for n, block in enumerate(blocks):
+        m = JUMP.match(block[-1][0]) if n in jumps else None
+        out = []
+        if m and m.group(2) == "bra":
+            out.append(target(m.group(3).strip(), jumps[n]))
+        elif m and m.group(2) == "brx":
+            out += [target(t, jumps[n]) for t in re.findall(r"[\w$]+", m.group(3))]
+        if not m or m.group(1):  # a guarded branch or return falls through too
+            out.append(n + 1)
+        succ.append([t for t in out if t is not None and t < len(blocks)])
+    return blocks, succ
+
+
+def _entries(ptx: str) -> list[tuple[str, str]]:
+    """(name, body) of each entry: up to the next function (inline assembly may put a brace at
+    the start of a line, so the body's closing brace cannot be told by its place)."""
+    starts = [(m.start(), m.group(1)) for m in re.finditer(r"\.entry\s+([\w$]+)", ptx)]
+    ends = [m.start() for m in re.finditer(r"\n(?:\.visible\s+|\.weak\s+|\.extern\s+)?\.(?:entry|func)\b", ptx)]
+    out = []
+    for at, name in starts:
+        end = min([e for e in ends if e > at] or [len(ptx)])
+        text = ptx[at:end]
+        out.append((name, text[text.index("{", text.index(")")) + 1:]))
+    return out
+
+
+def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
+    """{entry: [(register, the PTX line of a read), ...]} for every entry of the PTX with a
+    virtual register that some path from the entry reads before any write (entries without any
+    left out). A forward must-be-written analysis over the entry's basic blocks: a register
+    counts as written at a block when it is written on every path there."""
+    out = {}
+    for name, body in _entries(ptx):
+        prefixes = set(re.findall(r"\.reg\s+\.\w+\s+%([a-z]+)<\d+>", body))
+        if not prefixes:
+            continue
+        reg = re.compile(r"%(?:" + "|".join(sorted(prefixes, key=len, reverse=True)) + r")\d+\b")
+        blocks, succ = _blocks(body)
+        parsed = [[(_parse(stmt, reg), raw) for stmt, raw in block] for block in blocks]
+        writes = [set(w for (_, ws), _ in block for w in ws) for block in parsed]
+        every = set().union(*writes)
+        preds = [[] for _ in blocks]
+        for n, ss in enumerate(succ):
+            for t in ss:
+                preds[t].append(n)
+        entry_in = [set() if n == 0 else None for n in range(len(blocks))]
+        out_sets = [every for _ in blocks]  # unreached blocks read nothing undefined
+        changed = True
+        while changed:
+            changed = False
+            for n in range(len(blocks)):
+                into = set() if n == 0 else (set.intersection(*(out_sets[p] for p in preds[n])) if preds[n] else every)
+                new = into | writes[n]
+                if new != out_sets[n] or entry_in[n] != into:
+                    out_sets[n], entry_in[n], changed = new, into, True
+        found = {}
+        for n, block in enumerate(parsed):
+            have = set(entry_in[n])
+            for (reads, ws), raw in block:
+                for r in reads:
+                    if r not in have and r not in found:
+                        found[r] = raw
+                have.update(ws)
+        if found:
+            out[name] = sorted(found.items(), key=lambda kv: kv[0])
+    return out
+
+
+def ptx_of(source: Path, arch: str, flags: tuple[str, ...]) -> str:
+    """The PTX of one kernel source for one architecture, with the build's flags."""
+    cmd = [resources.nvcc(), "-std=c++17", *flags, f"-arch={resources.BUILT_AS.get(arch, arch)}",
+           "-I", str(source.parent), "-ptx", "-o", "-", str(source)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode:
+        raise Refusal(f"{source} does not compile for {arch}: "
+                      f"{(done.stderr.strip().splitlines() or ['nvcc failed'])[-1]}")
+    return done.stdout
+
+
+def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
+    """{(arch, source, kernel): [(register, line), ...]} of every kernel of the named sources
+    of src (an empty list for a kernel that reads nothing unwritten)."""
+    flags = build.spec(cuda=True).cuda_flags
+    jobs = [(arch, name) for arch in archs for name in names if (src / name).exists()]
+
+    def one(job):
+        ptx = ptx_of(src / job[1], job[0], flags)
+        found = undefined_reads(ptx)
+        return {(job[0], job[1], resources._short(k)): found.get(k, []) for k, _ in _entries(ptx)}
+
+    out = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:
+        for part in pool.map(one, jobs):
+            out.update(part)
+    return out
+
+
+def main(argv=None) -> int:
+    return refusing("ptx-reads", run, argv)
+
+
+def run(argv) -> int:
+    p = parser("ptx-reads", __doc__)
+    p.add_argument("base", nargs="?", default="main", help="the git revision to compare with (default main)")
+    p.add_argument("--arch", nargs="+", choices=resources.ARCHS, default=list(resources.ARCHS),
+                   help="architectures (default the resource report's: sm_90 as sm_90a, sm_80, sm_120)")
+    p.add_argument("--sources", nargs="+", metavar="FILE.cu", help="these kernel sources only (default every .cu)")
+    p.add_argument("--json", type=Path, help="also write every kernel's reads here")
+    args = p.parse_args(argv)
+    sha = sass.commit_of(args.base)
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src, head_src, names = sass.both_sources(sha, args.sources, Path(tmp))
+        base, head = scan(base_src, names, args.arch), scan(head_src, names, args.arch)
+    new = {k: reads for k, reads in head.items() if len(reads) > len(base.get(k, []))}
+    for (arch, source, kernel), reads in sorted(head.items()):
+        if reads or base.get((arch, source, kernel)):
+            mark = "  NEW" if (arch, source, kernel) in new else ""
+            print(f"{arch} {source} {kernel}: {len(base.get((arch, source, kernel), []))} -> {len(reads)} "
+                  f"registers read before a write on some path{mark}")
+            for r, line in reads[:3] if mark else []:
+                print(f"    {r}: {line}")
+    print(f"{len(head)} kernels ({', '.join(args.arch)}) against {sha[:8]}: "
+          + (f"{len(new)} read more registers before writing them" if new else "none reads more registers before writing them"))
+    if args.json:
+        args.json.write_text(json.dumps({"base": sha, "kernels": [
+            {"arch": a, "source": s, "kernel": k, "base": base.get((a, s, k)), "head": r}
+            for (a, s, k), r in sorted(head.items())]}, indent=1))
+    return 1 if new else 0
