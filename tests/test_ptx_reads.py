@@ -100,3 +100,24 @@ def test_an_unknown_revision_or_source_exits_2(capsys):
     assert "not a commit" in capsys.readouterr().err
     assert ptx_reads.main(["HEAD", "--sources", "nope.cu"]) == 2
     assert "no such kernel source" in capsys.readouterr().err
+
+
+def test_ab_lists_the_kernels_that_read_more_before_writing(monkeypatch):
+    """ab, where kernels/ changed: the head's kernels with more such reads than the base's, under
+    its table, for this GPU's architecture only; nothing where kernels/ did not change."""
+    from verify_attn_tools import ab
+
+    seen = []
+    base = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [], ("sm_90", "flash.cu", "flash_split"): [("%r1", "x")]}
+    head = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [("%f7", "max.NaN.f32 %f1, %f7, %f2;")],
+            ("sm_90", "flash.cu", "flash_split"): [("%r9", "y")]}
+    monkeypatch.setattr(ptx_reads, "both", lambda sha, sources, archs: seen.append(archs) or (base, head))
+    monkeypatch.setattr(ab, "git", lambda *a: "kernels/tc_mma.cu\n")
+    lines = ab.unset_reads("0" * 40, (9, 0))
+    assert seen == [("sm_90",)]
+    assert "kernels that read more than the base's: 1**" in lines[0]
+    assert lines[1:] == ["- tc_mma.cu `tc_attn<2,4,2,2,2,1>`: 1, e.g. `%f7` in `max.NaN.f32 %f1, %f7, %f2;`"]
+    monkeypatch.setattr(ptx_reads, "both", lambda *a: (base, base))
+    assert "no kernel reads more" in ab.unset_reads("0" * 40, (12, 0))[0]
+    monkeypatch.setattr(ab, "git", lambda *a: "")
+    assert ab.unset_reads("0" * 40, (9, 0)) == []

@@ -36,6 +36,11 @@ through it. A kernel found slower on a GPU gets its sources compiled at both rev
 builds' launch plans differ at that point, since identical code under the same plan reading
 slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
 
+Where kernels/ changed, the kernels' PTX for this GPU is read at both revisions for registers
+some path reads before any write (verify_attn_tools.ptx_reads): a kernel that reads more than
+the base's is listed under the table, a value C++ may leave unset on a path that the named
+cases did not meet; the exit code stays the pairs'.
+
 --source SEL:H:Q:P ... says where, after the pairs: the base's and the head's kernels (--impl's,
 default tc) at those points under Nsight Compute's per-instruction warp samples, in one ncu
 process a selection (verify_attn.profile.run_source, the base's build beside the checkout's),
@@ -240,6 +245,34 @@ def machine_code(rows: list[Row], base_sha: str, arch: str | None) -> None:
         r.code = "moved" if any(moved[s] for s in registry.get(r.impl).cuda_sources) else "identical"
 
 
+def unset_reads(base_sha: str, capability: tuple[int, int]) -> list[str]:
+    """Where kernels/ changed: the checkout's kernels that read more registers before writing
+    them than the base's, in the PTX for this GPU (verify_attn_tools.ptx_reads), as lines for
+    the report; a value C++ left unset that the named cases may not have met. Does not change
+    the exit code: the compiler also reads such registers where no value depends on them."""
+    from . import ptx_reads, sass
+
+    if not git("diff", "--name-only", base_sha, "--", "kernels").strip():
+        return []
+    arch = next((a for a in ptx_reads.resources.ARCHS
+                 if ptx_reads.resources.BUILT_AS.get(a, a) == sass.arch_of(capability)), None)
+    if arch is None:
+        return [f"\nRegisters read before a write: not read ({sass.arch_of(capability)} is not an architecture of the "
+                "resource report)"]
+    try:
+        new = ptx_reads.more(*ptx_reads.both(base_sha, None, (arch,)))
+    except (Refusal, RuntimeError) as exc:
+        print(f"python -m verify_attn ab: registers read before a write not compared: {exc}", file=sys.stderr)
+        return []
+    if not new:
+        return [f"\nRegisters read before a write ({arch}, PTX): no kernel reads more than the base's."]
+    lines = [f"\n**Registers read before a write ({arch}, PTX): kernels that read more than the base's: {len(new)}** "
+             "(`python -m verify_attn ptx-reads`): a value left unset on some path?"]
+    for (_, source, kernel), reads in sorted(new.items()):
+        lines.append(f"- {source} `{kernel}`: {len(reads)}, e.g. `{reads[0][0]}` in `{reads[0][1]}`")
+    return lines
+
+
 def main(argv=None) -> int:
     p = parser("ab", __doc__)
     p.add_argument("base", nargs="?", default="main", help="the git revision to compare with (default main)")
@@ -367,16 +400,20 @@ def run(args) -> int:
             for case, point in points:
                 for r in compare_point(case, point, sel_impls, timer, args.factor, args.pairs, args.seed):
                     rows.append(dataclasses.replace(r, selection=sel))
+    unset = []
     if dev == "cuda":
         import torch
 
         from .sass import arch_of
 
         machine_code(rows, base_sha, arch_of(torch.cuda.get_device_capability()))
+        unset = unset_reads(base_sha, torch.cuda.get_device_capability())
     # The card by name: the lent machine may be an H100 or an H200, and a ratio is only read against its own card.
     card = machine.device_name(dev)
     text = markdown(rows, base_sha[:8], head, card, args.factor, failed, tuple(selections))
     print(text)
+    for line in unset:
+        print(line)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     sources = []
     if args.source and dev != "cuda":
@@ -394,6 +431,6 @@ def run(args) -> int:
         args.json.write_text(json.dumps({"base": base_sha, "head": head, "device": dev,
                                          "gpu": card if dev == "cuda" else None, "factor": args.factor,
                                          "alpha": ALPHA, "exit": code, "failed": failed,
-                                         "points": selections, "source": sources,
+                                         "points": selections, "source": sources, "unset_reads": unset,
                                          "rows": [dataclasses.asdict(r) for r in rows]}, indent=1))
     return code

@@ -236,6 +236,18 @@ def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[
     return out
 
 
+def both(sha: str, sources: list[str] | None, archs: tuple[str, ...]) -> tuple[dict, dict]:
+    """scan's result for rev's kernels/ and for the working tree's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        base_src, head_src, names = sass.both_sources(sha, sources, Path(tmp))
+        return scan(base_src, names, archs), scan(head_src, names, archs)
+
+
+def more(base: dict, head: dict) -> dict:
+    """The head's kernels that read more registers before writing them than the base's."""
+    return {k: reads for k, reads in head.items() if len(reads) > len(base.get(k, []))}
+
+
 def main(argv=None) -> int:
     return refusing("ptx-reads", run, argv)
 
@@ -249,10 +261,8 @@ def run(argv) -> int:
     p.add_argument("--json", type=Path, help="also write every kernel's reads here")
     args = p.parse_args(argv)
     sha = sass.commit_of(args.base)
-    with tempfile.TemporaryDirectory() as tmp:
-        base_src, head_src, names = sass.both_sources(sha, args.sources, Path(tmp))
-        base, head = scan(base_src, names, args.arch), scan(head_src, names, args.arch)
-    new = {k: reads for k, reads in head.items() if len(reads) > len(base.get(k, []))}
+    base, head = both(sha, args.sources, tuple(args.arch))
+    new = more(base, head)
     for (arch, source, kernel), reads in sorted(head.items()):
         if reads or base.get((arch, source, kernel)):
             mark = "  NEW" if (arch, source, kernel) in new else ""
