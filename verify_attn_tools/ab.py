@@ -254,19 +254,18 @@ def unset_reads(base_sha: str, capability: tuple[int, int]) -> list[str]:
 
     if not git("diff", "--name-only", base_sha, "--", "kernels").strip():
         return []
-    arch = next((a for a in ptx_reads.resources.ARCHS
-                 if ptx_reads.resources.BUILT_AS.get(a, a) == sass.arch_of(capability)), None)
+    nvcc_arch = sass.arch_of(capability)
+    arch = next((a for a in ptx_reads.resources.ARCHS if ptx_reads.resources.BUILT_AS.get(a, a) == nvcc_arch), None)
     if arch is None:
-        return [f"\nRegisters read before a write: not read ({sass.arch_of(capability)} is not an architecture of the "
-                "resource report)"]
+        return [f"\nRegisters read before a write: not read ({nvcc_arch} is not an architecture of the resource report)"]
     try:
         new = ptx_reads.more(*ptx_reads.both(base_sha, None, (arch,)))
     except (Refusal, RuntimeError) as exc:
         print(f"python -m verify_attn ab: registers read before a write not compared: {exc}", file=sys.stderr)
         return []
     if not new:
-        return [f"\nRegisters read before a write ({arch}, PTX): no kernel reads more than the base's."]
-    lines = [f"\n**Registers read before a write ({arch}, PTX): kernels that read more than the base's: {len(new)}** "
+        return [f"\nRegisters read before a write ({nvcc_arch}, PTX): no kernel reads more than the base's."]
+    lines = [f"\n**Registers read before a write ({nvcc_arch}, PTX): kernels that read more than the base's: {len(new)}** "
              "(`python -m verify_attn ptx-reads`): a value left unset on some path?"]
     for (_, source, kernel), reads in sorted(new.items()):
         lines.append(f"- {source} `{kernel}`: {len(reads)}, e.g. `{reads[0][0]}` in `{reads[0][1]}`")
