@@ -29,6 +29,15 @@ __device__ __forceinline__ float nan_max(float a, float b) {
 #endif
 }
 
+// x where x is finite, else a NaN, in one instruction: x * 0 is +-0 for a finite x (x + +-0
+// is x, exactly, zeros and subnormals included: no ftz) and a NaN for an inf or a NaN. In
+// asm so that no x * 0 -> 0 folding can drop the test.
+__device__ __forceinline__ float nan_unless_finite(float x) {
+  float r;
+  asm("fma.rn.f32 %0, %1, 0f00000000, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 __device__ __forceinline__ float ex2(float x) {  // 2^x, -inf -> +0
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));

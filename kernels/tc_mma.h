@@ -84,15 +84,6 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// x where x is finite, else a NaN, in one instruction: x * 0 is +-0 for a finite x (x + +-0
-// is x, exactly, zeros and subnormals included: no ftz) and a NaN for an inf or a NaN. In
-// asm so that no x * 0 -> 0 folding can drop the test.
-__device__ __forceinline__ float nan_unless_finite(float x) {
-  float r;
-  asm("fma.rn.f32 %0, %1, 0f00000000, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
 // ---------------------------------------------------------------------------------------
 // The block's pieces.
 

@@ -21,8 +21,7 @@ __device__ __forceinline__ float scale_row(float (&s)[K], int h, float qk_scale,
   for (int i = 0; i < K / 4; ++i)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      float v = s[4 * i + 2 * h + e] * qk_scale;
-      if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
+      float v = nan_unless_finite(s[4 * i + 2 * h + e] * qk_scale);
       if (masked) {
         const int key = kw + 8 * i + 2 * t4 + e;
         if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);

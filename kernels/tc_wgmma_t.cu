@@ -80,8 +80,7 @@ __global__ void __launch_bounds__(kThreads, 1) tc_attn_wgt(Params p, TcArgs a) {
         float mx = -INFINITY;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          float v = s[4 * i + 2 * h + e] * qk_scale;
-          if (!(fabsf(v) < INFINITY)) v = __int_as_float(0x7fffffff);
+          float v = nan_unless_finite(s[4 * i + 2 * h + e] * qk_scale);
           if (masked) {  // the one or two tiles at the tree rows
             const int key = 16 * wq + g + 8 * h;
             if ((bad >> key) & 1) v = __int_as_float(0x7fffffff);
