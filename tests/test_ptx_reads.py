@@ -72,9 +72,64 @@ def test_what_an_instruction_reads_and_writes():
     assert ptx_reads._parse("shfl.sync.bfly.b32 %r1|%p1, %r2, 16, 31, -1", reg) == (["%r2"], ["%r1", "%p1"])
     assert ptx_reads._parse("st.shared.v4.f32 [%r1], {%f1, %f2, %f3, %f4}", reg) == (
         ["%r1", "%f1", "%f2", "%f3", "%f4"], [])
-    assert ptx_reads._parse("@!%p2 ld.shared.v2.f32 {%f1, %f2}, [%r3+16]", reg) == (["%p2", "%r3"], ["%f1", "%f2"])
+    # a guarded instruction may not run: it writes nothing for certain
+    assert ptx_reads._parse("@!%p2 ld.shared.v2.f32 {%f1, %f2}, [%r3+16]", reg) == (["%p2", "%r3"], [])
+    assert ptx_reads._parse("setp.lt.s32 %p1|%p2, %r1, %r2, %p3", reg) == (["%r1", "%r2", "%p3"], ["%p1", "%p2"])
+    assert ptx_reads._parse("bar.red.popc.u32 %r1, 0, %p1", reg) == (["%p1"], ["%r1"])
+    assert ptx_reads._parse("bar.sync %r1, %r2", reg) == (["%r1", "%r2"], [])
     assert ptx_reads._parse("mbarrier.arrive.release.cta.shared::cta.b64 _, [%r5]", reg) == (["%r5"], [])
     assert ptx_reads._parse("cp.async.cg.shared.global [%r1], [%rd2], 16, %r3", reg) == (["%r1", "%rd2", "%r3"], [])
+
+
+def test_a_guarded_write_is_not_a_write_on_the_path_where_the_guard_fails():
+    body = """
+\tld.param.u64 \t%rd1, [k_param_0];
+\tld.global.u32 \t%r1, [%rd1];
+\tsetp.eq.s32 \t%p1, %r1, 0;
+\t@%p1 ld.global.f32 \t%f1, [%rd1+4];
+\tst.global.f32 \t[%rd1], %f1;"""
+    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
+    both = body.replace("\tst.global", "\t@!%p1 mov.f32 \t%f1, 0f00000000;\n\tst.global")
+    assert [r for r, _ in ptx_reads.undefined_reads(entry(both))["k"]] == ["%f1"]  # the analysis does not pair guards
+
+
+def test_a_statement_over_several_lines_and_a_label_before_a_brace():
+    body = """
+\tld.param.u64 \t%rd1, [k_param_0];
+\tld.global.v4.f32 \t{%f1, %f2,
+\t\t%f3, %f4}, [%rd1];
+\t{
+\t.reg .pred p;
+\tsetp.ne.f32 p, %f1, %f2;
+\t@p bra DONE;
+\tmov.f32 \t%f5, %f3;
+\tDONE: }
+\tmov.f32 \t%f5, %f4;
+\tst.global.v2.f32 \t[%rd1], {%f5, %f4};"""
+    assert ptx_reads.undefined_reads(entry(body)) == {}
+    labels = [t[1:3] for t in ptx_reads._tokens(body) if t[0] == "label"]
+    assert labels == [("DONE", 1)]
+    stmts = [t[1] for t in ptx_reads._tokens(body) if t[0] == "stmt"]
+    assert "ld.global.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1]" in stmts and stmts[-1].startswith("st.global")
+
+
+def test_an_indexed_branch_goes_to_its_targets():
+    """brx.idx jumps to the labels its .branchtargets list names, not to the list's own label."""
+    body = """
+\tld.param.u64 \t%rd1, [k_param_0];
+\tld.global.u32 \t%r1, [%rd1];
+$L_brx_0: .branchtargets
+\t$L__BB0_2,
+\t$L__BB0_3;
+\tbrx.idx \t%r1, $L_brx_0;
+$L__BB0_2:
+\tmov.f32 \t%f1, 0f3F800000;
+\tbra.uni \t$L__BB0_4;
+$L__BB0_3:
+\tmov.f32 \t%f2, 0f3F800000;
+$L__BB0_4:
+\tst.global.f32 \t[%rd1], %f1;"""
+    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]  # unset on the way through BB0_3
 
 
 @needs_nvcc
@@ -102,12 +157,13 @@ def test_an_unknown_revision_or_source_exits_2(capsys):
     assert ptx_reads.main(["no-such-revision"]) == 2
     assert "not a commit" in capsys.readouterr().err
     assert ptx_reads.main(["HEAD", "--sources", "nope.cu"]) == 2
-    assert "no such kernel source" in capsys.readouterr().err
+    assert "--sources: no such kernel source" in capsys.readouterr().err
 
 
 def test_ab_lists_the_kernels_that_read_more_before_writing(monkeypatch):
     """ab, where kernels/ changed: the head's kernels with more such reads than the base's, under
-    its table, for this GPU's architecture only; nothing where kernels/ did not change."""
+    its table and in its JSON, for this GPU's architecture only; nothing where kernels/ did not
+    change; a comparison that cannot run says so."""
     from verify_attn_tools import ab
 
     seen = []
@@ -116,15 +172,26 @@ def test_ab_lists_the_kernels_that_read_more_before_writing(monkeypatch):
             ("sm_90", "flash.cu", "flash_split"): [("%r9", "y")]}
     monkeypatch.setattr(ptx_reads, "both", lambda sha, sources, archs: seen.append(archs) or (base, head))
     monkeypatch.setattr(ab, "git", lambda *a: "kernels/tc_mma.cu\n")
-    lines = ab.unset_reads("0" * 40, (9, 0))
-    assert seen == [("sm_90",)]
+    unset = ab.unset_reads("0" * 40, (9, 0))
+    assert seen == [("sm_90",)] and unset["arch"] == "sm_90a" and unset["status"] == "compared"
+    assert unset["kernels"] == [{"source": "tc_mma.cu", "kernel": "tc_attn<2,4,2,2,2,1>",
+                                 "reads": [["%f7", "max.NaN.f32 %f1, %f7, %f2;"]]}]
+    lines = ab.unset_lines(unset)
     assert "kernels that read more than the base's: 1**" in lines[0]
     assert lines[1:] == ["- tc_mma.cu `tc_attn<2,4,2,2,2,1>`: 1, e.g. `%f7` in `max.NaN.f32 %f1, %f7, %f2;`"]
     monkeypatch.setattr(ptx_reads, "both", lambda *a: (base, base))
-    assert "no kernel reads more" in ab.unset_reads("0" * 40, (12, 0))[0]
-    monkeypatch.setattr(ab, "git", lambda *a: "")
-    assert ab.unset_reads("0" * 40, (9, 0)) == []
+    assert "no kernel reads more" in ab.unset_lines(ab.unset_reads("0" * 40, (12, 0)))[0]
+    assert "not an architecture" in ab.unset_reads("0" * 40, (8, 9))["status"]
 
+    def no_nvcc(*a):
+        raise RuntimeError("nvcc not found: put CUDA's bin on PATH or set CUDA_HOME")
+
+    monkeypatch.setattr(ptx_reads, "both", no_nvcc)
+    assert ab.unset_lines(ab.unset_reads("0" * 40, (9, 0))) == [
+        "\nRegisters read before a write (sm_90a, PTX): not compared: nvcc not found: put CUDA's bin on PATH or set CUDA_HOME"]
+    monkeypatch.setattr(ab, "git", lambda *a: "")
+    assert ab.unset_reads("0" * 40, (9, 0))["status"] == "kernels unchanged"
+    assert ab.unset_lines(ab.unset_reads("0" * 40, (9, 0))) == []
 
 @needs_nvcc
 def test_no_kernel_reads_more_registers_before_writing_them_than_recorded():

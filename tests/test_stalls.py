@@ -159,3 +159,19 @@ def test_stalls_verb_follows_a_line_an_edit_moved(tmp_path, capsys):
     assert all(l["change"] == 0 for l in lines.values())
     text = capsys.readouterr().out
     assert "tc_wgmma_ws.h:511->509" in text and "(text differs)" in text and "only)" not in text
+
+
+def test_a_repeated_line_an_edit_moved_pairs_in_order():
+    """Two lines of the same text both moved down by an edit above them: each pairs with its
+    own, in order, not left as base only and head only."""
+    from verify_attn_tools.stalls import match
+
+    def line(where, source, samples):
+        return {"where": where, "source": source, "samples": samples}
+
+    base = [line("k.cu:10", "named_barrier(1 + wr, 64);", 5), line("k.cu:20", "named_barrier(1 + wr, 64);", 7),
+            line("k.cu:30", "x = y;", 1)]
+    head = [line("k.cu:12", "named_barrier(1 + wr, 64);", 5), line("k.cu:22", "named_barrier(1 + wr, 64);", 9),
+            line("k.cu:30", "x = z;", 1)]
+    pairs = {(a and a["where"], b and b["where"]) for a, b in match(base, head)}
+    assert pairs == {("k.cu:10", "k.cu:12"), ("k.cu:20", "k.cu:22"), ("k.cu:30", "k.cu:30")}

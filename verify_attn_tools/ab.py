@@ -245,31 +245,45 @@ def machine_code(rows: list[Row], base_sha: str, arch: str | None) -> None:
         r.code = "moved" if any(moved[s] for s in registry.get(r.impl).cuda_sources) else "identical"
 
 
-def unset_reads(base_sha: str, capability: tuple[int, int]) -> list[str]:
+def unset_reads(base_sha: str, capability: tuple[int, int]) -> dict:
     """Where kernels/ changed: the checkout's kernels that read more registers before writing
-    them than the base's, in the PTX for this GPU (verify_attn_tools.ptx_reads), as lines for
-    the report; a value C++ left unset that the named cases may not have met. Does not change
-    the exit code: the compiler also reads such registers where no value depends on them."""
+    them than the base's, in the PTX for this GPU (verify_attn_tools.ptx_reads): a value C++
+    left unset that the named cases may not have met. {"arch", "status": "kernels unchanged",
+    "compared" or "not compared: <why>", "kernels": [{"source", "kernel", "reads": [[register,
+    line], ...]}]}. It does not change the exit code: the compiler also reads such registers
+    where no value depends on them."""
     from . import ptx_reads, sass
 
-    if not git("diff", "--name-only", base_sha, "--", "kernels").strip():
-        return []
     nvcc_arch = sass.arch_of(capability)
+    out = {"arch": nvcc_arch, "status": "compared", "kernels": []}
     arch = next((a for a in ptx_reads.resources.ARCHS if ptx_reads.resources.BUILT_AS.get(a, a) == nvcc_arch), None)
-    if arch is None:
-        return [f"\nRegisters read before a write: not read ({nvcc_arch} is not an architecture of the resource report)"]
     try:
+        if not git("diff", "--name-only", base_sha, "--", "kernels").strip():
+            return out | {"status": "kernels unchanged"}
+        if arch is None:
+            return out | {"status": f"not compared: {nvcc_arch} is not an architecture of the resource report"}
         new = ptx_reads.more(*ptx_reads.both(base_sha, None, (arch,)))
-    except (Refusal, RuntimeError) as exc:
+    except (Refusal, RuntimeError, OSError) as exc:
         print(f"python -m verify_attn ab: registers read before a write not compared: {exc}", file=sys.stderr)
+        return out | {"status": f"not compared: {exc}"}
+    out["kernels"] = [{"source": source, "kernel": kernel, "reads": [list(r) for r in reads]}
+                      for (_, source, kernel), reads in sorted(new.items())]
+    return out
+
+
+def unset_lines(unset: dict) -> list[str]:
+    """unset_reads for the report, under the table."""
+    if unset["status"] == "kernels unchanged":
         return []
-    if not new:
-        return [f"\nRegisters read before a write ({nvcc_arch}, PTX): no kernel reads more than the base's."]
-    lines = [f"\n**Registers read before a write ({nvcc_arch}, PTX): kernels that read more than the base's: {len(new)}** "
-             "(`python -m verify_attn ptx-reads`): a value left unset on some path?"]
-    for (_, source, kernel), reads in sorted(new.items()):
-        lines.append(f"- {source} `{kernel}`: {len(reads)}, e.g. `{reads[0][0]}` in `{reads[0][1]}`")
-    return lines
+    head = f"Registers read before a write ({unset['arch']}, PTX)"
+    if unset["status"] != "compared":
+        return [f"\n{head}: {unset['status']}"]
+    if not unset["kernels"]:
+        return [f"\n{head}: no kernel reads more than the base's."]
+    return ([f"\n**{head}: kernels that read more than the base's: {len(unset['kernels'])}** "
+             "(`python -m verify_attn ptx-reads`): a value left unset on some path?"] +
+            [f"- {k['source']} `{k['kernel']}`: {len(k['reads'])}, e.g. `{k['reads'][0][0]}` in `{k['reads'][0][1]}`"
+             for k in unset["kernels"]])
 
 
 def main(argv=None) -> int:
@@ -399,7 +413,7 @@ def run(args) -> int:
             for case, point in points:
                 for r in compare_point(case, point, sel_impls, timer, args.factor, args.pairs, args.seed):
                     rows.append(dataclasses.replace(r, selection=sel))
-    unset = []
+    unset = None
     if dev == "cuda":
         import torch
 
@@ -411,7 +425,7 @@ def run(args) -> int:
     card = machine.device_name(dev)
     text = markdown(rows, base_sha[:8], head, card, args.factor, failed, tuple(selections))
     print(text)
-    for line in unset:
+    for line in unset_lines(unset) if unset else []:
         print(line)
     print(f"\n(builds {built:.0f} s, checks and timing {time.perf_counter() - t0 - built:.0f} s)")
     sources = []

@@ -11,6 +11,11 @@ before the first iteration. Such a register holds whatever the hardware register
 float64 check catches it only where that value happens to be bad: a row maximum left unset on
 a block's first tile gave NaN rows on some named cases and passed others.
 
+What reaches the PTX is what it can find: LLVM folds many undefined values before (a C++
+read of an unset local may become a constant), and keeps those that flow into inline assembly
+(nan_max's max.NaN above) or around a loop. A guarded instruction writes nothing for certain;
+wgmma's accumulators, which it reads as well when it accumulates, count as written.
+
 The compiler also reads such registers where no value depends on them: it computes both sides
 of a select ahead of the branch C++ wrote (flash's queries past the last row, multiplied and
 then replaced by 0), or branches twice on one predicate, a path the analysis takes and no run
@@ -37,13 +42,18 @@ from . import sass
 from .cli import Refusal, parser, refusing
 
 
-# Opcodes (their first dotted part, or the two first for mbarrier and wgmma) whose first
-# operand is not a destination register.
+# Opcodes whose first operand is not a destination register: by their first dotted part, or
+# their first two (mbarrier's, wgmma's, multimem's).
 NO_DEST = {"st", "red", "bar", "barrier", "bra", "brx", "ret", "exit", "trap", "membar", "fence", "cp",
            "prefetch", "prefetchu", "stmatrix", "nanosleep", "setmaxnreg", "griddepcontrol", "tensormap",
-           "multimem", "pmevent", "brkpt", "call", "discard", "applypriority", "mbarrier.init", "mbarrier.expect_tx", "mbarrier.complete_tx", "mbarrier.inval",
-           "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group", "cp.async", "st.async", "red.async"}
+           "pmevent", "brkpt", "call", "discard", "applypriority", "mbarrier.init", "mbarrier.expect_tx",
+           "mbarrier.complete_tx", "mbarrier.inval", "wgmma.fence", "wgmma.commit_group", "wgmma.wait_group",
+           "multimem.st", "multimem.red", ".branchtargets"}
+WRITES_FIRST = {"bar.red", "barrier.red"}  # __syncthreads_count and kin: a register and a barrier
 SKIP = (".reg", ".loc", ".local", ".shared", ".param", ".pragma", ".file", ".section")
+GUARD = re.compile(r"@!?%?[\w$]+\s+")
+JUMP = re.compile(r"(@!?%?[\w$]+\s+)?(bra|brx|ret|exit|trap)\b\S*\s*(.*)")
+LABEL = re.compile(r"([\w$]+):\s*")
 
 
 def _opcode_key(opcode: str) -> tuple[str, str]:
@@ -69,37 +79,44 @@ def _operands(text: str) -> list[str]:
     return out
 
 
-GUARD = re.compile(r"@!?%?[\w$]+\s+")
-JUMP = re.compile(r"(@!?%?[\w$]+\s+)?(bra|brx|ret|exit|trap)\b\S*\s*(.*)")
-
-
 def _tokens(body: str):
-    """("label", name, scope) and ("stmt", statement, scope, line) of an entry's body in order:
-    each statement "opcode operands" with single spaces. Inline assembly puts several on one
-    line in braces, with declarations and labels of its own (the same label in every inlined
-    copy), so a label is known within its brace scope."""
-    scopes, fresh = [0], 0
+    """("label", name, scope) and ("stmt", statement, scope, line) of an entry's body in order,
+    each statement "opcode operands" with single spaces (one may span lines; line: where it
+    starts). Inline assembly puts several on one line in braces, with declarations and labels
+    of its own (the same label in every inlined copy), so a label is known within its braces."""
+    scopes, fresh, pending, start = [0], 0, "", ""
     for raw in body.splitlines():
-        for part in raw.split("//")[0].split(";"):
-            part = " ".join(part.split())
-            while part.startswith(("{", "}")) or re.match(r"[\w$]+:", part):
-                if part[0] == "{":
+        pieces = raw.split("//")[0].split(";")
+        for n, piece in enumerate(pieces):
+            part = " ".join((pending + " " + piece).split()) if pending else " ".join(piece.split())
+            where, pending = (start if pending else raw.strip()), ""
+            while True:
+                if part.startswith("{"):
                     fresh += 1
                     scopes.append(fresh)
-                elif part[0] == "}":
+                    part = part[1:].strip()
+                elif part.startswith("}"):
                     if len(scopes) > 1:
                         scopes.pop()
+                    part = part[1:].strip()
+                elif LABEL.match(part) and not part.startswith("."):
+                    m = LABEL.match(part)
+                    yield "label", m.group(1), scopes[-1]
+                    part = part[m.end():].strip()
                 else:
-                    name, _, part = part.partition(":")
-                    yield "label", name, scopes[-1]
-                    continue
-                part = part[1:].strip()
-            if part and not part.startswith(SKIP):
-                yield "stmt", part, scopes[-1], raw.strip()
+                    break
+            if not part or part.startswith(SKIP):
+                continue
+            if n == len(pieces) - 1:  # no ';' yet: the statement goes on on the next line
+                pending, start = part, where
+                continue
+            yield "stmt", part, scopes[-1], where
 
 
 def _parse(stmt: str, reg: re.Pattern) -> tuple[list[str], list[str]]:
-    """(registers read, registers written) of one instruction."""
+    """(registers read, registers written) of one instruction. A guarded instruction writes
+    nothing for certain: its destination counts as read-before-written only where no path
+    writes it otherwise (the guard may be false)."""
     reads = []
     guard = GUARD.match(stmt)
     if guard:
@@ -109,25 +126,32 @@ def _parse(stmt: str, reg: re.Pattern) -> tuple[list[str], list[str]]:
     ops = _operands(rest)
     first, second = _opcode_key(opcode)
     dest: list[str] = []
-    if ops and first not in NO_DEST and second not in NO_DEST and not ops[0].startswith(("[", "_")):
+    writes_first = second in WRITES_FIRST or (first not in NO_DEST and second not in NO_DEST)
+    if ops and writes_first and not ops[0].startswith(("[", "_")):
         dest = reg.findall(ops[0])
         ops = ops[1:]
     reads += [r for op in ops for r in reg.findall(op)]
-    return reads, dest
+    return reads, ([] if guard else dest)
 
 
 def _blocks(body: str) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
-    """The entry's basic blocks (each a list of (statement, its source line)) and each block's
-    successors: a block starts at a label or after a branch, return or exit."""
-    blocks, labels, jumps, cur = [], {}, {}, []
+    """The entry's basic blocks (each a list of (statement, the line it starts on)) and each
+    block's successors: a block starts at a label or after a branch, return or exit; brx.idx
+    goes to the labels of its .branchtargets list."""
+    blocks, labels, jumps, lists, cur = [], {}, {}, {}, []
+    last_label = None
     for token in _tokens(body):
         if token[0] == "label":
             if cur:
                 blocks.append(cur)
                 cur = []
             labels[token[2], token[1]] = len(blocks)
+            last_label = (token[2], token[1])
             continue
         _, stmt, scope, raw = token
+        if stmt.startswith(".branchtargets") and last_label:
+            lists[last_label] = re.findall(r"[\w$]+", stmt[len(".branchtargets"):])
+            continue
         cur.append((stmt, raw))
         if JUMP.match(stmt):
             jumps[len(blocks)] = scope
@@ -145,7 +169,9 @@ def _blocks(body: str) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
         if m and m.group(2) == "bra":
             out.append(target(m.group(3).strip(), jumps[n]))
         elif m and m.group(2) == "brx":
-            out += [target(t, jumps[n]) for t in re.findall(r"[\w$]+", m.group(3))]
+            table = _operands(m.group(3))[-1] if m.group(3) else ""
+            names = lists.get((jumps[n], table), lists.get((0, table), []))
+            out += [target(t, jumps[n]) for t in names]
         if not m or m.group(1):  # a guarded branch or return falls through too
             out.append(n + 1)
         succ.append([t for t in out if t is not None and t < len(blocks)])
@@ -184,8 +210,14 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
         for n, ss in enumerate(succ):
             for t in ss:
                 preds[t].append(n)
+        reached, todo = {0}, [0]
+        while todo:
+            for t in succ[todo.pop()]:
+                if t not in reached:
+                    reached.add(t)
+                    todo.append(t)
         entry_in = [set() if n == 0 else None for n in range(len(blocks))]
-        out_sets = [every for _ in blocks]  # unreached blocks read nothing undefined
+        out_sets = [every for _ in blocks]  # the meet's start: written everywhere, until a path says not
         changed = True
         while changed:
             changed = False
@@ -196,6 +228,8 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
                     out_sets[n], entry_in[n], changed = new, into, True
         found = {}
         for n, block in enumerate(parsed):
+            if n not in reached:
+                continue
             have = set(entry_in[n])
             for (reads, ws), raw in block:
                 for r in reads:
@@ -209,12 +243,16 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
 
 def ptx_of(source: Path, arch: str, flags: tuple[str, ...]) -> str:
     """The PTX of one kernel source for one architecture, with the build's flags."""
-    cmd = [resources.nvcc(), "-std=c++17", *flags, f"-arch={resources.BUILT_AS.get(arch, arch)}",
-           "-I", str(source.parent), "-ptx", "-o", "-", str(source)]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        cmd = [resources.nvcc(), "-std=c++17", *flags, f"-arch={resources.BUILT_AS.get(arch, arch)}",
+               "-I", str(source.parent), "-ptx", "-o", "-", str(source)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except (RuntimeError, OSError) as exc:  # no nvcc
+        raise Refusal(str(exc)) from None
     if done.returncode:
-        raise Refusal(f"{source} does not compile for {arch}: "
-                      f"{(done.stderr.strip().splitlines() or ['nvcc failed'])[-1]}")
+        lines = done.stderr.strip().splitlines()
+        first = next((line for line in lines if "error" in line), lines[0] if lines else "nvcc failed")
+        raise Refusal(f"{source} does not compile for {arch}: {first}")
     return done.stdout
 
 
@@ -226,8 +264,10 @@ def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[
 
     def one(job):
         ptx = ptx_of(src / job[1], job[0], flags)
-        found = undefined_reads(ptx)
-        return {(job[0], job[1], resources._short(k)): found.get(k, []) for k, _ in _entries(ptx)}
+        found, names = undefined_reads(ptx), [k for k, _ in _entries(ptx)]
+        short = [resources._short(k) for k in names]
+        # the short name where it is one kernel's (a template's type arguments are dropped)
+        return {(job[0], job[1], s if short.count(s) == 1 else k): found.get(k, []) for k, s in zip(names, short)}
 
     out = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:

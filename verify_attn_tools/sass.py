@@ -109,7 +109,7 @@ def both_sources(rev: str, names: list[str] | None, into: Path) -> tuple[Path, P
     names = names or sorted({f.name for d in (base_src, head_src) for f in d.glob("*.cu")})
     unknown = [n for n in names if not (base_src / n).exists() and not (head_src / n).exists()]
     if unknown:
-        raise Refusal(f"no such kernel source at either revision: {', '.join(unknown)}")
+        raise Refusal(f"--sources: no such kernel source at either revision: {', '.join(unknown)}")
     return base_src, head_src, names
 
 

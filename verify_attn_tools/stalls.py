@@ -23,6 +23,7 @@ functions differ). Exit 0; 2 for a file that is missing or not such a page.
 from __future__ import annotations
 
 import collections
+import difflib
 import json
 from pathlib import Path
 
@@ -74,8 +75,9 @@ def compare(base: dict, head: dict, top: int) -> dict:
 def match(base: list[dict], head: list[dict]) -> list[tuple[dict | None, dict | None]]:
     """The base's and the head's source lines in pairs: the same line (file, number and text);
     then the same text of one file, where that text is one line left on each side (an edit
-    above it moved its number); then the same number (its text edited). The rest stand alone,
-    as (line, None) or (None, line)."""
+    above it moved its number); then a text that repeats, in the order of its lines (difflib
+    over each file's lines left); then the same number (its text edited). The rest stand
+    alone, as (line, None) or (None, line)."""
     pairs, left_b, left_h = [], list(base), list(head)
 
     def take(key) -> None:
@@ -97,8 +99,28 @@ def match(base: list[dict], head: list[dict]) -> list[tuple[dict | None, dict | 
     def file_of(l: dict) -> str:
         return l["where"].rsplit(":", 1)[0]
 
+    def in_order() -> None:
+        nonlocal left_b, left_h
+        taken = set()
+        for f in {file_of(l) for l in left_b}:
+            lb = sorted((l for l in left_b if file_of(l) == f), key=number)
+            lh = sorted((l for l in left_h if file_of(l) == f), key=number)
+            blocks = difflib.SequenceMatcher(None, [l["source"] for l in lb], [l["source"] for l in lh],
+                                             autojunk=False).get_matching_blocks()
+            for m in blocks:
+                for k in range(m.size):
+                    pairs.append((lb[m.a + k], lh[m.b + k]))
+                    taken.update((id(lb[m.a + k]), id(lh[m.b + k])))
+        left_b = [l for l in left_b if id(l) not in taken]
+        left_h = [l for l in left_h if id(l) not in taken]
+
+    def number(l: dict) -> int:
+        tail = l["where"].rsplit(":", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
     take(lambda l: (l["where"], l["source"]))
     take(lambda l: (file_of(l), l["source"]))
+    in_order()
     take(lambda l: l["where"])
     return pairs + [(l, None) for l in left_b] + [(None, l) for l in left_h]
 
