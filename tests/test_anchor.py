@@ -31,7 +31,8 @@ def test_each_kernel_is_paired_with_its_own_anchor_twin_on_the_cpu(monkeypatch):
     got = measure_case(case, ["naive", "flash", "torch", "tc"], timer, anchor_ns=ns)
     assert len(computed) == 1  # one float64 reference for the point, its yardsticks' checks included
     # each kernel beside its twin, every other round reversed
-    assert orders == [(["naive", f"naive@{ns}", "flash", f"flash@{ns}", "torch"], {"reverse_odd_rounds": True})]
+    assert orders == [(["naive", f"naive@{ns}", "flash", f"flash@{ns}", "torch"],
+                       {"reverse_odd_rounds": True, "ties": {"naive": f"naive@{ns}", "flash": f"flash@{ns}"}})]
     for impl in ("naive", "flash"):
         r = got[impl]
         # one drift-free value per two rounds (measure.paired_ratios)

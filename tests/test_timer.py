@@ -55,11 +55,22 @@ def test_a_long_call_gets_its_own_sample_count():
     """Over long_call_s the count is long_samples (more than samples, unlike slow_samples);
     between the two limits slow_samples; under both samples."""
     timer = Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0, slow_call_s=0.01, slow_samples=3,
-                  long_call_s=0.03, long_samples=5)
-    assert [timer.samples_for(s) for s in (0.001, 0.02, 0.04)] == [4, 3, 5]
-    timings = timer.time_many({"long": [lambda: time.sleep(0.035)], "slow": [lambda: time.sleep(0.015)]})
+                  long_call_s=0.1, long_samples=5)
+    assert [timer.samples_for(s) for s in (0.001, 0.02, 0.2)] == [4, 3, 5]
+    timings = timer.time_many({"long": [lambda: time.sleep(0.15)], "slow": [lambda: time.sleep(0.03)]})
     assert len(timings["long"].samples) == 5 and len(timings["slow"].samples) == 3
     assert Timer("cpu", samples=4, slow_call_s=0.01, slow_samples=3).samples_for(1.0) == 3
+
+
+def test_tied_variants_take_the_same_number_of_samples():
+    """A kernel and its yardstick on either side of a sample-count limit: both take the larger
+    count, so their samples pair one to one (paired_ratios zips them)."""
+    timer = Timer("cpu", samples=4, min_sample_s=0.0, warmup_s=0.0, slow_call_s=0.02, slow_samples=2)
+    calls = {"kernel": [lambda: time.sleep(0.001)], "twin": [lambda: time.sleep(0.05)]}
+    apart = timer.time_many(calls)
+    assert (len(apart["kernel"].samples), len(apart["twin"].samples)) == (4, 2)
+    tied = timer.time_many(calls, ties={"kernel": "twin"})
+    assert len(tied["kernel"].samples) == len(tied["twin"].samples) == 4
 
 
 def test_variants_alternate():

@@ -93,14 +93,16 @@ def measure_case(case: cases.Case, impls: list[str], timer: Timer, seed: int = 0
                 passing[o.candidate] = [prepare(o.candidate, s) for s in sets]
     # Each kernel next to its yardstick, the order reversed every other round: a pair's two
     # samples follow each other, each first half the time.
-    order = []
+    order, ties = [], {}
     for c in passing:
         if c.ns == anchor_ns:
             continue
         stick = yardsticks.get(yardstick(c.impl, anchor_ns)) if anchor_ns else None
         order += [c] + ([stick] if stick is not None and stick not in order else [])
+        if stick is not None:
+            ties[c.name] = stick.name
     order += [c for c in passing if c not in order]
-    timings = timer.time_many({c.name: passing[c] for c in order}, reverse_odd_rounds=True)
+    timings = timer.time_many({c.name: passing[c] for c in order}, reverse_odd_rounds=True, ties=ties)
     base = timings.get(registry.baseline())
     for impl, r in results.items():
         r.timing = timings.get(impl)

@@ -168,15 +168,21 @@ class Timer:
     def time(self, calls: Sequence[Callable]) -> Timing:
         return self.time_many({"_": calls})["_"]
 
-    def time_many(self, variants: dict[str, Sequence[Callable]], reverse_odd_rounds: bool = False) -> dict[str, Timing]:
+    def time_many(self, variants: dict[str, Sequence[Callable]], reverse_odd_rounds: bool = False,
+                  ties: dict[str, str] | None = None) -> dict[str, Timing]:
         """Time several variants side by side: their samples alternate, so drift in clocks or
         temperature over the run touches every variant alike. reverse_odd_rounds: every other
         round runs the variants in reverse order, so two neighbours each follow the other
         equally often (a pair's ratio then carries no order effect: what the previous call
-        left in the caches, the clock after a long call)."""
+        left in the caches, the clock after a long call). ties: pairs of variants that take the
+        same number of samples, the larger of their two (a kernel and its yardstick, whose
+        samples pair one to one, on either side of a sample-count limit)."""
         plan = {name: self._calibrate(calls) for name, calls in variants.items()}
         results = {name: Timing([], number, None, clock_screened=self.screens_clock) for name, (number, _, _) in plan.items()}
         want = {name: self.samples_for(per_call) for name, (_, _, per_call) in plan.items()}
+        for a, b in (ties or {}).items():
+            if a in want and b in want:
+                want[a] = want[b] = max(want[a], want[b])
         clocks = {name: [] for name in variants}
         offset, rounds = 0, 0
         while any(len(r.samples) < want[name] for name, r in results.items()):
