@@ -1,5 +1,6 @@
 """ptx-reads: registers a kernel may read before writing them, BASE against the working tree (nvcc, no GPU)."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -38,7 +39,7 @@ def test_a_loop_carried_value_set_before_the_loop_is_written():
 
 def test_a_loop_carried_value_unset_before_the_loop_is_read_before_any_write():
     found = ptx_reads.undefined_reads(entry(LOOP.replace("{MAX_BEFORE_LOOP}", "")))
-    assert list(found) == ["k"] and [r for r, _ in found["k"]] == ["%f1"]
+    assert list(found) == ["k"] and [r[0] for r in found["k"]] == ["%f1"]
     assert "max.NaN.f32" in found["k"][0][1]
 
 
@@ -51,7 +52,7 @@ def test_a_register_written_on_one_branch_only_is_read_on_the_other():
 \tmov.f32 \t%f1, 0f3F800000;
 $L__BB0_2:
 \tst.global.f32 \t[%rd1], %f1;"""
-    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
+    assert [r[0] for r in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
     assert ptx_reads.undefined_reads(entry(body.replace("\t@%p1 bra", "\tmov.f32 \t%f1, 0f00000000;\n\t@%p1 bra"))) == {}
 
 
@@ -88,9 +89,9 @@ def test_a_guarded_write_is_not_a_write_on_the_path_where_the_guard_fails():
 \tsetp.eq.s32 \t%p1, %r1, 0;
 \t@%p1 ld.global.f32 \t%f1, [%rd1+4];
 \tst.global.f32 \t[%rd1], %f1;"""
-    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
+    assert [r[0] for r in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]
     both = body.replace("\tst.global", "\t@!%p1 mov.f32 \t%f1, 0f00000000;\n\tst.global")
-    assert [r for r, _ in ptx_reads.undefined_reads(entry(both))["k"]] == ["%f1"]  # the analysis does not pair guards
+    assert [r[0] for r in ptx_reads.undefined_reads(entry(both))["k"]] == ["%f1"]  # the analysis does not pair guards
 
 
 def test_a_statement_over_several_lines_and_a_label_before_a_brace():
@@ -129,7 +130,7 @@ $L__BB0_3:
 \tmov.f32 \t%f2, 0f3F800000;
 $L__BB0_4:
 \tst.global.f32 \t[%rd1], %f1;"""
-    assert [r for r, _ in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]  # unset on the way through BB0_3
+    assert [r[0] for r in ptx_reads.undefined_reads(entry(body))["k"]] == ["%f1"]  # unset on the way through BB0_3
 
 
 @needs_nvcc
@@ -141,16 +142,17 @@ def test_the_row_maximum_left_unset_is_found(tmp_path, monkeypatch, capsys):
     subprocess.run(["git", "clone", "-q", str(sass.ROOT), str(clone)], check=True)
     monkeypatch.setattr(sass, "ROOT", clone)
     assert ptx_reads.main(["HEAD", "--sources", "tc_mma.cu", "--arch", "sm_90"]) == 0
-    assert "none reads more registers" in capsys.readouterr().out
+    assert "none reads a register before writing it at a new place" in capsys.readouterr().out
     src = clone / "kernels" / "tc_mma.cu"
     text = src.read_text()
     assert "nt == 0 && (e & 1) == 0 ? v" in text
     src.write_text(text.replace("nt == 0 && (e & 1) == 0 ? v", "nt == 0 && e < 2 ? v"))
     assert ptx_reads.main(["HEAD", "--sources", "tc_mma.cu", "--arch", "sm_90"]) == 1
     out = capsys.readouterr().out
-    flagged = [line for line in out.splitlines() if line.endswith("NEW")]
+    flagged = [line for line in out.splitlines() if line.endswith("at new places") and not line.startswith("3 kernels")]
     assert len(flagged) == 3 and all(line.startswith("sm_90 tc_mma.cu tc_attn<") for line in flagged), out
-    assert "max.NaN.f32" in out
+    # each read named by the line it comes from: the planted one, max.NaN inlined there
+    assert "tc_mma.cu:" in out and "nt == 0 && e < 2 ? v" in out and "max.NaN.f32" in out, out
 
 
 def test_an_unknown_revision_or_source_exits_2(capsys):
@@ -167,20 +169,25 @@ def test_ab_lists_the_kernels_that_read_more_before_writing(monkeypatch):
     from verify_attn_tools import ab
 
     seen = []
-    base = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [], ("sm_90", "flash.cu", "flash_split"): [("%r1", "x")]}
-    head = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [("%f7", "max.NaN.f32 %f1, %f7, %f2;")],
-            ("sm_90", "flash.cu", "flash_split"): [("%r9", "y")]}
+    Read = ptx_reads.Read
+    select = Read("%r1", "mov.b32 %f2, %r1;", "flash.cu:138", "f[j] = i < nq ? f[j] * qscale : 0.f;")
+    base = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [], ("sm_90", "flash.cu", "flash_split"): [select]}
+    unset = Read("%f7", "max.NaN.f32 %f1, %f7, %f2;", "tc_mma.cu:160", "mx = e < 2 ? v : nan_max(mx, v);")
+    # flash's read moved to another line number and register: the same place, not new
+    head = {("sm_90", "tc_mma.cu", "tc_attn<2,4,2,2,2,1>"): [unset],
+            ("sm_90", "flash.cu", "flash_split"): [Read("%r9", "mov.b32 %f3, %r9;", "flash.cu:140", select.source)]}
     monkeypatch.setattr(ptx_reads, "both", lambda sha, sources, archs: seen.append(archs) or (base, head))
     monkeypatch.setattr(ab, "git", lambda *a: "kernels/tc_mma.cu\n")
-    unset = ab.unset_reads("0" * 40, (9, 0))
-    assert seen == [("sm_90",)] and unset["arch"] == "sm_90a" and unset["status"] == "compared"
-    assert unset["kernels"] == [{"source": "tc_mma.cu", "kernel": "tc_attn<2,4,2,2,2,1>",
-                                 "reads": [["%f7", "max.NaN.f32 %f1, %f7, %f2;"]]}]
-    lines = ab.unset_lines(unset)
-    assert "kernels that read more than the base's: 1**" in lines[0]
-    assert lines[1:] == ["- tc_mma.cu `tc_attn<2,4,2,2,2,1>`: 1, e.g. `%f7` in `max.NaN.f32 %f1, %f7, %f2;`"]
+    found = ab.unset_reads("0" * 40, (9, 0))
+    assert seen == [("sm_90",)] and found["arch"] == "sm_90a" and found["status"] == "compared"
+    assert found["kernels"] == [{"source": "tc_mma.cu", "kernel": "tc_attn<2,4,2,2,2,1>",
+                                 "reads": [dataclasses.asdict(unset)]}]
+    lines = ab.unset_lines(found)
+    assert "kernels that read one at a new place: 1**" in lines[0]
+    assert lines[1:] == ["- tc_mma.cu `tc_attn<2,4,2,2,2,1>`: 1, e.g. `%f7` at tc_mma.cu:160 "
+                         "`mx = e < 2 ? v : nan_max(mx, v);`"]
     monkeypatch.setattr(ptx_reads, "both", lambda *a: (base, base))
-    assert "no kernel reads more" in ab.unset_lines(ab.unset_reads("0" * 40, (12, 0)))[0]
+    assert "no kernel reads one at a place" in ab.unset_lines(ab.unset_reads("0" * 40, (12, 0)))[0]
     assert "not an architecture" in ab.unset_reads("0" * 40, (8, 9))["status"]
 
     def no_nvcc(*a):
@@ -204,6 +211,7 @@ def test_no_kernel_reads_more_registers_before_writing_them_than_recorded():
     found = ptx_reads.scan(build.kernels_dir(), list(build.spec(cuda=True).kernel_sources), resources.ARCHS)
     over = {k: reads for k, reads in found.items() if len(reads) > recorded.get(k[0], {}).get(k[1], {}).get(k[2], 0)}
     assert not over, "\n".join(f"{a} {s} {k}: {len(r)} registers read before a write (recorded "
-                                f"{recorded.get(a, {}).get(s, {}).get(k, 0)}), e.g. {r[0][0]} in {r[0][1]}"
+                                f"{recorded.get(a, {}).get(s, {}).get(k, 0)}), e.g. {r[0].register} at {r[0].where} "
+                                f"`{r[0].source}`"
                                 for (a, s, k), r in over.items())
     assert len(found) >= 20  # every kernel was read: a source that compiled to nothing would pass

@@ -37,9 +37,9 @@ builds' launch plans differ at that point, since identical code under the same p
 slower is two loaded copies' levels (docs/timing.md); the verdict stays the pairs'.
 
 Where kernels/ changed, the kernels' PTX for this GPU is read at both revisions for registers
-some path reads before any write (verify_attn_tools.ptx_reads): a kernel that reads more than
-the base's is listed under the table, a value C++ may leave unset on a path that the named
-cases did not meet; the exit code stays the pairs'.
+some path reads before any write (verify_attn_tools.ptx_reads): a kernel that reads one at a
+source line where the base's does not is listed under the table, a value C++ may leave unset
+on a path that the named cases did not meet; the exit code stays the pairs'.
 
 --source SEL:H:Q:P ... says where, after the pairs: the base's and the head's kernels (--impl's,
 default tc) at those points under Nsight Compute's per-instruction warp samples, in one ncu
@@ -246,12 +246,12 @@ def machine_code(rows: list[Row], base_sha: str, arch: str | None) -> None:
 
 
 def unset_reads(base_sha: str, capability: tuple[int, int]) -> dict:
-    """Where kernels/ changed: the checkout's kernels that read more registers before writing
-    them than the base's, in the PTX for this GPU (verify_attn_tools.ptx_reads): a value C++
-    left unset that the named cases may not have met. {"arch", "status": "kernels unchanged",
-    "compared" or "not compared: <why>", "kernels": [{"source", "kernel", "reads": [[register,
-    line], ...]}]}. It does not change the exit code: the compiler also reads such registers
-    where no value depends on them."""
+    """Where kernels/ changed: the checkout's kernels that read registers before writing them
+    at source lines where the base's do not, in the PTX for this GPU (verify_attn_tools.
+    ptx_reads): a value C++ left unset that the named cases may not have met. {"arch",
+    "status": "kernels unchanged", "compared" or "not compared: <why>", "kernels": [{"source",
+    "kernel", "reads": [{"register", "ptx", "where", "source"}, ...]}]}. It does not change the
+    exit code: the compiler also reads such registers where no value depends on them."""
     from . import ptx_reads, sass
 
     nvcc_arch = sass.arch_of(capability)
@@ -266,7 +266,7 @@ def unset_reads(base_sha: str, capability: tuple[int, int]) -> dict:
     except (Refusal, RuntimeError, OSError) as exc:
         print(f"python -m verify_attn ab: registers read before a write not compared: {exc}", file=sys.stderr)
         return out | {"status": f"not compared: {exc}"}
-    out["kernels"] = [{"source": source, "kernel": kernel, "reads": [list(r) for r in reads]}
+    out["kernels"] = [{"source": source, "kernel": kernel, "reads": [dataclasses.asdict(r) for r in reads]}
                       for (_, source, kernel), reads in sorted(new.items())]
     return out
 
@@ -279,11 +279,11 @@ def unset_lines(unset: dict) -> list[str]:
     if unset["status"] != "compared":
         return [f"\n{head}: {unset['status']}"]
     if not unset["kernels"]:
-        return [f"\n{head}: no kernel reads more than the base's."]
-    return ([f"\n**{head}: kernels that read more than the base's: {len(unset['kernels'])}** "
+        return [f"\n{head}: no kernel reads one at a place the base's does not."]
+    return ([f"\n**{head}: kernels that read one at a new place: {len(unset['kernels'])}** "
              "(`python -m verify_attn ptx-reads`): a value left unset on some path?"] +
-            [f"- {k['source']} `{k['kernel']}`: {len(k['reads'])}, e.g. `{k['reads'][0][0]}` in `{k['reads'][0][1]}`"
-             for k in unset["kernels"]])
+            [f"- {k['source']} `{k['kernel']}`: {len(k['reads'])}, e.g. `{r['register']}` at {r['where']} "
+             f"`{r['source']}`" for k in unset["kernels"] for r in k["reads"][:1]])
 
 
 def main(argv=None) -> int:

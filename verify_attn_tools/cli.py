@@ -28,7 +28,7 @@ VERBS = {
     "sass": "which kernels' machine code a change moved: BASE against the working tree, instruction by instruction (nvcc)",
     "tables": "the README's H200 tables (Chain, ServingChain, Serving) from one commit's recorded results",
     "artifacts": "check an unpacked results artifact (names, sizes, asv's JSON shape) before it is committed",
-    "ptx-reads": "kernels that read registers before writing them, BASE against the working tree (nvcc, no GPU)",
+    "ptx-reads": "registers kernels read before writing them at source lines where BASE's do not (nvcc, no GPU)",
     "stalls": "two ncu source pages of a kernel side by side: where a change moved its warps' samples (no GPU)",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results, 4 a malformed results file)",
 }

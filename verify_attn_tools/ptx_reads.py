@@ -19,22 +19,26 @@ wgmma's accumulators, which it reads as well when it accumulates, count as writt
 The compiler also reads such registers where no value depends on them: it computes both sides
 of a select ahead of the branch C++ wrote (flash's queries past the last row, multiplied and
 then replaced by 0), or branches twice on one predicate, a path the analysis takes and no run
-can (tc_attn_ws). So the verb compares: per kernel, how many registers BASE's code
-and the working tree's read before a write, marking those with more. What counts as a write:
-an instruction's first operand (a register, a `{...}` vector, `a|b`), except where the
-instruction writes only memory or nothing (stores, reductions, barriers, branches, fences,
-async copies, mbarrier set-up). Exit 0 when no kernel reads more, 1 when one does (its first
-such reads shown), 2 when a revision is unknown or a source does not compile.
+can (tc_attn_ws). So the verb compares: per kernel, the source lines (file and text, from
+the PTX's .loc, the call site where a function was inlined) where the working tree's code
+reads a register before a write and BASE's does not; not a count, which an unrolled loop or a
+template's arguments move. What counts as a write: an instruction's first operand (a
+register, a `{...}` vector, `a|b`), except where the instruction writes only memory or
+nothing (stores, reductions, barriers, branches, fences, async copies, mbarrier set-up).
+Exit 0 when no kernel reads at a new place, 1 when one does (its first such reads shown), 2
+when a revision is unknown or a source does not compile.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import json
 import re
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from verify_attn import build, resources
 
@@ -54,6 +58,7 @@ SKIP = (".reg", ".loc", ".local", ".shared", ".param", ".pragma", ".file", ".sec
 GUARD = re.compile(r"@!?%?[\w$]+\s+")
 JUMP = re.compile(r"(@!?%?[\w$]+\s+)?(bra|brx|ret|exit|trap)\b\S*\s*(.*)")
 LABEL = re.compile(r"([\w$]+):\s*")
+LOC = re.compile(r"\s*\.loc\s+(\d+)\s+(\d+)\s+(\d+)(?:.*?inlined_at\s+(\d+)\s+(\d+))?")
 
 
 def _opcode_key(opcode: str) -> tuple[str, str]:
@@ -80,16 +85,20 @@ def _operands(text: str) -> list[str]:
 
 
 def _tokens(body: str):
-    """("label", name, scope) and ("stmt", statement, scope, line) of an entry's body in order,
-    each statement "opcode operands" with single spaces (one may span lines; line: where it
-    starts). Inline assembly puts several on one line in braces, with declarations and labels
+    """("label", name, scope) and ("stmt", statement, scope, line, loc) of an entry's body in
+    order, each statement "opcode operands" with single spaces (one may span lines; line: where
+    it starts; loc: (file number, line) of the source, from the last .loc, None before one). Inline assembly puts several on one line in braces, with declarations and labels
     of its own (the same label in every inlined copy), so a label is known within its braces."""
-    scopes, fresh, pending, start = [0], 0, "", ""
+    scopes, fresh, pending, start, loc, loc_start = [0], 0, "", "", None, None
     for raw in body.splitlines():
+        m = LOC.match(raw)
+        if m:  # the source line of what follows: the call's where it was inlined
+            loc = (int(m.group(4)), int(m.group(5))) if m.group(4) else (int(m.group(1)), int(m.group(2)))
+            continue
         pieces = raw.split("//")[0].split(";")
         for n, piece in enumerate(pieces):
             part = " ".join((pending + " " + piece).split()) if pending else " ".join(piece.split())
-            where, pending = (start if pending else raw.strip()), ""
+            where, at, pending = (start if pending else raw.strip()), (loc_start if pending else loc), ""
             while True:
                 if part.startswith("{"):
                     fresh += 1
@@ -108,9 +117,9 @@ def _tokens(body: str):
             if not part or part.startswith(SKIP):
                 continue
             if n == len(pieces) - 1:  # no ';' yet: the statement goes on on the next line
-                pending, start = part, where
+                pending, start, loc_start = part, where, at
                 continue
-            yield "stmt", part, scopes[-1], where
+            yield "stmt", part, scopes[-1], where, at
 
 
 def _parse(stmt: str, reg: re.Pattern) -> tuple[list[str], list[str]]:
@@ -134,8 +143,8 @@ def _parse(stmt: str, reg: re.Pattern) -> tuple[list[str], list[str]]:
     return reads, ([] if guard else dest)
 
 
-def _blocks(body: str) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
-    """The entry's basic blocks (each a list of (statement, the line it starts on)) and each
+def _blocks(body: str) -> tuple[list[list[tuple]], list[list[int]]]:
+    """The entry's basic blocks (each a list of (statement, the line it starts on, loc)) and each
     block's successors: a block starts at a label or after a branch, return or exit; brx.idx
     goes to the labels of its .branchtargets list."""
     blocks, labels, jumps, lists, cur = [], {}, {}, {}, []
@@ -148,11 +157,11 @@ def _blocks(body: str) -> tuple[list[list[tuple[str, str]]], list[list[int]]]:
             labels[token[2], token[1]] = len(blocks)
             last_label = (token[2], token[1])
             continue
-        _, stmt, scope, raw = token
+        _, stmt, scope, raw, loc = token
         if stmt.startswith(".branchtargets") and last_label:
             lists[last_label] = re.findall(r"[\w$]+", stmt[len(".branchtargets"):])
             continue
-        cur.append((stmt, raw))
+        cur.append((stmt, raw, loc))
         if JUMP.match(stmt):
             jumps[len(blocks)] = scope
             blocks.append(cur)
@@ -191,11 +200,12 @@ def _entries(ptx: str) -> list[tuple[str, str]]:
     return out
 
 
-def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
-    """{entry: [(register, the PTX line of a read), ...]} for every entry of the PTX with a
-    virtual register that some path from the entry reads before any write (entries without any
-    left out). A forward must-be-written analysis over the entry's basic blocks: a register
-    counts as written at a block when it is written on every path there."""
+def undefined_reads(ptx: str) -> dict[str, list[tuple]]:
+    """{entry: [(register, the PTX line of a read, its source (file number, line)), ...]} for
+    every entry of the PTX with a virtual register that some path from the entry reads before
+    any write (entries without any left out). A forward must-be-written analysis over the
+    entry's basic blocks: a register counts as written at a block when it is written on every
+    path there."""
     out = {}
     for name, body in _entries(ptx):
         prefixes = set(re.findall(r"\.reg\s+\.\w+\s+%([a-z]+)<\d+>", body))
@@ -203,8 +213,8 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
             continue
         reg = re.compile(r"%(?:" + "|".join(sorted(prefixes, key=len, reverse=True)) + r")\d+\b")
         blocks, succ = _blocks(body)
-        parsed = [[(_parse(stmt, reg), raw) for stmt, raw in block] for block in blocks]
-        writes = [set(w for (_, ws), _ in block for w in ws) for block in parsed]
+        parsed = [[(_parse(stmt, reg), raw, loc) for stmt, raw, loc in block] for block in blocks]
+        writes = [set(w for (_, ws), _, _ in block for w in ws) for block in parsed]
         every = set().union(*writes)
         preds = [[] for _ in blocks]
         for n, ss in enumerate(succ):
@@ -231,13 +241,13 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple[str, str]]]:
             if n not in reached:
                 continue
             have = set(entry_in[n])
-            for (reads, ws), raw in block:
+            for (reads, ws), raw, loc in block:
                 for r in reads:
                     if r not in have and r not in found:
-                        found[r] = raw
+                        found[r] = (raw, loc)
                 have.update(ws)
         if found:
-            out[name] = sorted(found.items(), key=lambda kv: kv[0])
+            out[name] = [(r, raw, loc) for r, (raw, loc) in sorted(found.items())]
     return out
 
 
@@ -256,18 +266,48 @@ def ptx_of(source: Path, arch: str, flags: tuple[str, ...]) -> str:
     return done.stdout
 
 
-def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[tuple[str, str]]]:
-    """{(arch, source, kernel): [(register, line), ...]} of every kernel of the named sources
-    of src (an empty list for a kernel that reads nothing unwritten)."""
+@dataclasses.dataclass(frozen=True)
+class Read:
+    register: str
+    ptx: str          # the PTX line that reads it
+    where: str        # the source line it comes from, file:line (where it was inlined)
+    source: str       # that line's text
+
+    def same_line(self) -> tuple[str, str]:
+        """What stays put when an edit above moves a line: its file and text."""
+        return self.where.rsplit(":", 1)[0], self.source
+
+
+def _source_lines(ptx: str) -> Callable[[tuple | None], tuple[str, str]]:
+    """(file:line, text) of a .loc's (file number, line), from the PTX's .file table."""
+    files = {int(n): Path(p) for n, p in re.findall(r'\.file\s+(\d+)\s+"([^"]+)"', ptx)}
+    texts: dict[Path, list[str]] = {}
+
+    def of(loc: tuple | None) -> tuple[str, str]:
+        if loc is None or loc[0] not in files:
+            return "?", ""
+        path = files[loc[0]]
+        if path not in texts:
+            texts[path] = path.read_text(errors="replace").splitlines() if path.is_file() else []
+        lines = texts[path]
+        return f"{path.name}:{loc[1]}", (lines[loc[1] - 1].strip() if 0 < loc[1] <= len(lines) else "")
+
+    return of
+
+
+def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[Read]]:
+    """{(arch, source, kernel): [Read, ...]} of every kernel of the named sources of src (an
+    empty list for a kernel that reads nothing unwritten)."""
     flags = build.spec(cuda=True).cuda_flags
     jobs = [(arch, name) for arch in archs for name in names if (src / name).exists()]
 
     def one(job):
         ptx = ptx_of(src / job[1], job[0], flags)
         found, names = undefined_reads(ptx), [k for k, _ in _entries(ptx)]
-        short = [resources._short(k) for k in names]
+        short, line = [resources._short(k) for k in names], _source_lines(ptx)
         # the short name where it is one kernel's (a template's type arguments are dropped)
-        return {(job[0], job[1], s if short.count(s) == 1 else k): found.get(k, []) for k, s in zip(names, short)}
+        return {(job[0], job[1], s if short.count(s) == 1 else k):
+                [Read(r, raw, *line(loc)) for r, raw, loc in found.get(k, [])] for k, s in zip(names, short)}
 
     out = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:
@@ -283,9 +323,17 @@ def both(sha: str, sources: list[str] | None, archs: tuple[str, ...]) -> tuple[d
         return scan(base_src, names, archs), scan(head_src, names, archs)
 
 
-def more(base: dict, head: dict) -> dict:
-    """The head's kernels that read more registers before writing them than the base's."""
-    return {k: reads for k, reads in head.items() if len(reads) > len(base.get(k, []))}
+def more(base: dict, head: dict) -> dict[tuple[str, str, str], list[Read]]:
+    """The head's kernels with reads at source lines (file and text: an edit above a line moves
+    its number) where the base's same kernel reads nothing unwritten, and those reads: not a
+    count, which an unrolled loop's trip count or a template's arguments move."""
+    out = {}
+    for key, reads in head.items():
+        seen = {r.same_line() for r in base.get(key, [])}
+        new = [r for r in reads if r.same_line() not in seen]
+        if new:
+            out[key] = new
+    return out
 
 
 def main(argv=None) -> int:
@@ -305,15 +353,17 @@ def run(argv) -> int:
     new = more(base, head)
     for (arch, source, kernel), reads in sorted(head.items()):
         if reads or base.get((arch, source, kernel)):
-            mark = "  NEW" if (arch, source, kernel) in new else ""
+            fresh = new.get((arch, source, kernel), [])
             print(f"{arch} {source} {kernel}: {len(base.get((arch, source, kernel), []))} -> {len(reads)} "
-                  f"registers read before a write on some path{mark}")
-            for r, line in reads[:3] if mark else []:
-                print(f"    {r}: {line}")
+                  f"registers read before a write on some path" + (f", {len(fresh)} at new places" if fresh else ""))
+            for r in fresh[:3]:
+                print(f"    {r.register} at {r.where} `{r.source}`: {r.ptx}")
     print(f"{len(head)} kernels ({', '.join(args.arch)}) against {sha[:8]}: "
-          + (f"{len(new)} read more registers before writing them" if new else "none reads more registers before writing them"))
+          + (f"{len(new)} read registers before writing them at new places" if new
+             else "none reads a register before writing it at a new place"))
     if args.json:
         args.json.write_text(json.dumps({"base": sha, "kernels": [
-            {"arch": a, "source": s, "kernel": k, "base": base.get((a, s, k)), "head": r}
+            {"arch": a, "source": s, "kernel": k, "base": [dataclasses.asdict(x) for x in base.get((a, s, k), [])],
+             "head": [dataclasses.asdict(x) for x in r], "new": [dataclasses.asdict(x) for x in new.get((a, s, k), [])]}
             for (a, s, k), r in sorted(head.items())]}, indent=1))
     return 1 if new else 0
