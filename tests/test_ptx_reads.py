@@ -201,17 +201,21 @@ def test_ab_lists_the_kernels_that_read_more_before_writing(monkeypatch):
     assert ab.unset_lines(ab.unset_reads("0" * 40, (9, 0))) == []
 
 @needs_nvcc
-def test_no_kernel_reads_more_registers_before_writing_them_than_recorded():
-    """Every kernel of the build on every architecture of the resource report against
-    tests/data/ptx_reads.json, the reads read as none that a value depends on (flash computes
-    both sides of a select past the last query row; tc_attn_ws branches twice on one predicate).
-    A kernel over its count fails CI on a machine without a GPU: `python -m verify_attn
-    ptx-reads main` shows the reads; raise the count only for a read no value depends on."""
+def test_no_kernel_reads_a_register_before_writing_it_at_an_unrecorded_place():
+    """Every kernel of the build on every architecture of the resource report against the
+    source lines in tests/data/ptx_reads.json, read as places where no value depends on the
+    read (flash computes both sides of a select past the last query row; tc_attn_ws branches
+    twice on one predicate). A read at another line fails CI on a machine without a GPU:
+    `python -m verify_attn ptx-reads main` shows it; record a line only for a read no value
+    depends on."""
     recorded = json.loads((Path(__file__).parent / "data" / "ptx_reads.json").read_text())
     found = ptx_reads.scan(build.kernels_dir(), list(build.spec(cuda=True).kernel_sources), resources.ARCHS)
-    over = {k: reads for k, reads in found.items() if len(reads) > recorded.get(k[0], {}).get(k[1], {}).get(k[2], 0)}
-    assert not over, "\n".join(f"{a} {s} {k}: {len(r)} registers read before a write (recorded "
-                                f"{recorded.get(a, {}).get(s, {}).get(k, 0)}), e.g. {r[0].register} at {r[0].where} "
-                                f"`{r[0].source}`"
+    over = {}
+    for (a, s, k), reads in found.items():
+        places = {tuple(p) for p in recorded.get(a, {}).get(s, {}).get(k, [])}
+        new = [r for r in reads if r.same_line() not in places]
+        if new:
+            over[a, s, k] = new
+    assert not over, "\n".join(f"{a} {s} {k}: {r[0].register} at {r[0].where} `{r[0].source}` ({len(r)} such reads)"
                                 for (a, s, k), r in over.items())
     assert len(found) >= 20  # every kernel was read: a source that compiled to nothing would pass
