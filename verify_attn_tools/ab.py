@@ -252,11 +252,13 @@ def unset_reads(base_sha: str, capability: tuple[int, int]) -> dict:
     "status": "kernels unchanged", "compared" or "not compared: <why>", "kernels": [{"source",
     "kernel", "reads": [{"register", "ptx", "where", "source"}, ...]}]}. It does not change the
     exit code: the compiler also reads such registers where no value depends on them."""
+    from verify_attn import resources
+
     from . import ptx_reads, sass
 
     nvcc_arch = sass.arch_of(capability)
     out = {"arch": nvcc_arch, "status": "compared", "kernels": []}
-    arch = next((a for a in ptx_reads.resources.ARCHS if ptx_reads.resources.BUILT_AS.get(a, a) == nvcc_arch), None)
+    arch = next((a for a in resources.ARCHS if resources.BUILT_AS.get(a, a) == nvcc_arch), None)
     try:
         if not git("diff", "--name-only", base_sha, "--", "kernels").strip():
             return out | {"status": "kernels unchanged"}

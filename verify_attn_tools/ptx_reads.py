@@ -35,7 +35,6 @@ import concurrent.futures
 import dataclasses
 import json
 import re
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -108,7 +107,7 @@ def _tokens(body: str):
                     if len(scopes) > 1:
                         scopes.pop()
                     part = part[1:].strip()
-                elif LABEL.match(part) and not part.startswith("."):
+                elif LABEL.match(part):
                     m = LABEL.match(part)
                     yield "label", m.group(1), scopes[-1]
                     part = part[m.end():].strip()
@@ -208,62 +207,58 @@ def undefined_reads(ptx: str) -> dict[str, list[tuple]]:
     path there."""
     out = {}
     for name, body in _entries(ptx):
-        prefixes = set(re.findall(r"\.reg\s+\.\w+\s+%([a-z]+)<\d+>", body))
-        if not prefixes:
-            continue
-        reg = re.compile(r"%(?:" + "|".join(sorted(prefixes, key=len, reverse=True)) + r")\d+\b")
-        blocks, succ = _blocks(body)
-        parsed = [[(_parse(stmt, reg), raw, loc) for stmt, raw, loc in block] for block in blocks]
-        writes = [set(w for (_, ws), _, _ in block for w in ws) for block in parsed]
-        every = set().union(*writes)
-        preds = [[] for _ in blocks]
-        for n, ss in enumerate(succ):
-            for t in ss:
-                preds[t].append(n)
-        reached, todo = {0}, [0]
-        while todo:
-            for t in succ[todo.pop()]:
-                if t not in reached:
-                    reached.add(t)
-                    todo.append(t)
-        entry_in = [set() if n == 0 else None for n in range(len(blocks))]
-        out_sets = [every for _ in blocks]  # the meet's start: written everywhere, until a path says not
-        changed = True
-        while changed:
-            changed = False
-            for n in range(len(blocks)):
-                into = set() if n == 0 else (set.intersection(*(out_sets[p] for p in preds[n])) if preds[n] else every)
-                new = into | writes[n]
-                if new != out_sets[n] or entry_in[n] != into:
-                    out_sets[n], entry_in[n], changed = new, into, True
-        found = {}
-        for n, block in enumerate(parsed):
-            if n not in reached:
-                continue
-            have = set(entry_in[n])
-            for (reads, ws), raw, loc in block:
-                for r in reads:
-                    if r not in have and r not in found:
-                        found[r] = (raw, loc)
-                have.update(ws)
+        found = _reads_of(body)
         if found:
-            out[name] = [(r, raw, loc) for r, (raw, loc) in sorted(found.items())]
+            out[name] = found
     return out
 
 
+def _reads_of(body: str) -> list[tuple]:
+    """undefined_reads of one entry's body."""
+    prefixes = set(re.findall(r"\.reg\s+\.\w+\s+%([a-z]+)<\d+>", body))
+    if not prefixes:
+        return []
+    reg = re.compile(r"%(?:" + "|".join(sorted(prefixes, key=len, reverse=True)) + r")\d+\b")
+    blocks, succ = _blocks(body)
+    parsed = [[(_parse(stmt, reg), raw, loc) for stmt, raw, loc in block] for block in blocks]
+    writes = [set(w for (_, ws), _, _ in block for w in ws) for block in parsed]
+    every = set().union(*writes)
+    preds = [[] for _ in blocks]
+    for n, ss in enumerate(succ):
+        for t in ss:
+            preds[t].append(n)
+    reached, todo = {0}, [0]
+    while todo:
+        for t in succ[todo.pop()]:
+            if t not in reached:
+                reached.add(t)
+                todo.append(t)
+    entry_in = [set() if n == 0 else None for n in range(len(blocks))]
+    out_sets = [every for _ in blocks]  # the meet's start: written everywhere, until a path says not
+    changed = True
+    while changed:
+        changed = False
+        for n in range(len(blocks)):
+            into = set() if n == 0 else (set.intersection(*(out_sets[p] for p in preds[n])) if preds[n] else every)
+            new = into | writes[n]
+            if new != out_sets[n] or entry_in[n] != into:
+                out_sets[n], entry_in[n], changed = new, into, True
+    found = {}
+    for n, block in enumerate(parsed):
+        if n not in reached:
+            continue
+        have = set(entry_in[n])
+        for (reads, ws), raw, loc in block:
+            for r in reads:
+                if r not in have and r not in found:
+                    found[r] = (raw, loc)
+            have.update(ws)
+    return [(r, raw, loc) for r, (raw, loc) in sorted(found.items())]
+
+
 def ptx_of(source: Path, arch: str, flags: tuple[str, ...]) -> str:
-    """The PTX of one kernel source for one architecture, with the build's flags."""
-    try:
-        cmd = [resources.nvcc(), "-std=c++17", *flags, f"-arch={resources.BUILT_AS.get(arch, arch)}",
-               "-I", str(source.parent), "-ptx", "-o", "-", str(source)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-    except (RuntimeError, OSError) as exc:  # no nvcc
-        raise Refusal(str(exc)) from None
-    if done.returncode:
-        lines = done.stderr.strip().splitlines()
-        first = next((line for line in lines if "error" in line), lines[0] if lines else "nvcc failed")
-        raise Refusal(f"{source} does not compile for {arch}: {first}")
-    return done.stdout
+    """The PTX of one kernel source for one architecture of the resource report."""
+    return sass.nvcc(source, resources.BUILT_AS.get(arch, arch), flags, "-ptx", "-o", "-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,11 +298,11 @@ def scan(src: Path, names: list[str], archs) -> dict[tuple[str, str, str], list[
 
     def one(job):
         ptx = ptx_of(src / job[1], job[0], flags)
-        found, names = undefined_reads(ptx), [k for k, _ in _entries(ptx)]
-        short, line = [resources._short(k) for k in names], _source_lines(ptx)
+        entries, line = _entries(ptx), _source_lines(ptx)
+        short = [resources._short(k) for k, _ in entries]
         # the short name where it is one kernel's (a template's type arguments are dropped)
         return {(job[0], job[1], s if short.count(s) == 1 else k):
-                [Read(r, raw, *line(loc)) for r, raw, loc in found.get(k, [])] for k, s in zip(names, short)}
+                [Read(r, raw, *line(loc)) for r, raw, loc in _reads_of(body)] for (k, body), s in zip(entries, short)}
 
     out = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(8, len(jobs)) or 1) as pool:

@@ -66,17 +66,29 @@ def differing(a: bytes, b: bytes) -> tuple[int, int]:
     return len(words[0]) - kept, len(words[1]) - kept
 
 
+def nvcc(source: Path, arch: str, flags: tuple[str, ...], *output: str) -> str:
+    """nvcc on one kernel source with the build's flags for arch (nvcc's -arch), output the
+    arguments that say what to write (-cubin -o FILE, -ptx -o -); its stdout. Refusal when nvcc
+    is missing or the source does not compile, naming the first error."""
+    try:
+        proc = subprocess.run([resources.nvcc(), "-std=c++17", *flags, f"-arch={arch}", "-I", str(source.parent),
+                               *output, str(source)], capture_output=True, text=True)
+    except (RuntimeError, OSError) as exc:  # no nvcc
+        raise Refusal(str(exc)) from None
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        first = next((line for line in lines if "error" in line), lines[0] if lines else "nvcc failed")
+        raise Refusal(f"{source} does not compile for {arch}: {first}")
+    return proc.stdout
+
+
 def compile_dir(src: Path, names: list[str], arch: str, flags: tuple[str, ...], out: Path) -> dict[str, dict[str, bytes]]:
     """{source: {kernel: code}} of the named .cu files of src, compiled side by side."""
     out.mkdir(parents=True, exist_ok=True)
 
     def one(name: str) -> tuple[str, dict[str, bytes]]:
         cubin = out / f"{name}.cubin"
-        proc = subprocess.run([resources.nvcc(), "-std=c++17", *flags, f"-arch={arch}", "-I", str(src), "-cubin",
-                               "-o", str(cubin), str(src / name)], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise Refusal(f"{src / name} does not compile for {arch}: "
-                          f"{(proc.stderr.strip().splitlines() or ['nvcc failed'])[-1]}")
+        nvcc(src / name, arch, flags, "-cubin", "-o", str(cubin))
         return name, {resources._short(k): code for k, code in text_sections(cubin.read_bytes()).items()}
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
