@@ -161,8 +161,11 @@ int launch_tc(const Params& p, const Plan& plan, void* workspace, cudaStream_t s
                                         : tc_launch_mma(p, plan, workspace, stream);
   const Layout l = layout_of(p, plan);
   if (err != int(cudaSuccess) || !l.slots) return err;
+  if (l.merge_parts == kMergeRowWarps)
+    return launch_overlapped(tc_merge_rows, dim3(l.R, p.batch), kMergeRowWarps * 32, 0, stream, p,
+                             tc_args(p, plan, workspace, 0));
   const dim3 mgrid((l.R * l.merge_parts + kMergeWarps - 1) / kMergeWarps, p.batch);
-  auto merge = l.merge_parts == 4 ? tc_merge<1> : l.merge_parts == 2 ? tc_merge<2> : tc_merge<4>;
+  auto merge = l.merge_parts == 2 ? tc_merge<2> : tc_merge<4>;
   return launch_overlapped(merge, mgrid, kMergeWarps * 32, 0, stream, p, tc_args(p, plan, workspace, 0));
 }
 

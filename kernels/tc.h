@@ -89,6 +89,7 @@ constexpr int kSplitOverheadTiles = 4;     // cost of a split beyond its tiles, 
 constexpr int kMaxSplits = 128;
 constexpr int kMergeWarps = 4;
 constexpr int kMergeParts = 4;  // at most, warps a merged row: each takes 128 of its 512 columns
+constexpr int kMergeRowWarps = 8;   // tc_merge_rows: warps a row, the splits shared out
 constexpr int kMergeWarpsWanted = 2048;  // enough warps in flight (16 an SM of 132) to cover the L2's latency
 
 // The block's bookkeeping in shared memory, after the tiles in both paths' layouts.
@@ -108,7 +109,7 @@ struct TcArgs {
                    // concatenated tiles are dealt to (grid y = S, partial slots = S + batch); 0:
                    // locate()'s per-element slots
   int parent_cap;  // parent entries staged in shared memory
-  int merge_parts; // warps the merge gives a row (1, 2 or 4: columns 512 / merge_parts each)
+  int merge_parts; // warps the merge gives a row (1 or 2: columns 512 / merge_parts each; kMergeRowWarps: tc_merge_rows)
   float* ws_o;     // slots x R x 512, normalised partial outputs
   float* ws_lse;   // slots x R, log2 units
   int2* meta;      // batch: (first slot, splits) of each element

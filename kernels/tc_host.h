@@ -42,7 +42,7 @@ struct Layout {  // the plan's derived values, recomputed identically by plan an
   int slots;        // partial slots in the workspace (0: none, written directly)
   int deal;         // dealt mode: S slots of concatenated tiles (wgmma_ws or wgmma_tma, batch > 1, splits > 1); else 0
   int grid_y;       // blocks a m-group
-  int merge_parts;  // warps the merge gives a row (1, 2 or 4)
+  int merge_parts;  // warps the merge gives a row (1, 2 or kMergeRowWarps: tc_merge_rows)
   int64_t ws_o_bytes, ws_lse_bytes, meta_bytes;
 };
 
@@ -66,7 +66,7 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   // row's columns are shared out; many rows already fill the GPU (and each part repeats the
   // row's weights).
   const int64_t rows = int64_t(l.R) * p.batch;
-  l.merge_parts = rows * 2 <= kMergeWarpsWanted ? (rows * 4 <= kMergeWarpsWanted ? 4 : 2) : 1;
+  l.merge_parts = rows * 2 <= kMergeWarpsWanted ? (rows * 4 <= kMergeWarpsWanted ? kMergeRowWarps : 2) : 1;
   return l;
 }
 
