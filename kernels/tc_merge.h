@@ -106,37 +106,42 @@ __global__ void __launch_bounds__(kMergeRowWarps * 32, 2) tc_merge_rows(Params p
   const int2 meta = a.meta[b];
   const int first = meta.x, n = meta.y;
   const float* lse_col = a.ws_lse + r;
+  const float4* src = reinterpret_cast<const float4*>(a.ws_o + (int64_t(first) * a.R + r) * kLatent) + lane;
+  const int64_t stride4 = int64_t(a.R) * (kLatent / 4);
+  // A batch of the warp's splits from s0 (split s0 + u kW): their lse and partial rows. Every
+  // slot below n exists, so an empty split's row is read too (not added: its weight is 0).
+  float lv[kB];
+  float4 v[kB][kPer];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kB; ++u) {
+      const int s = s0 + u * kW;
+      lv[u] = s < n ? lse_col[int64_t(first + s) * a.R] : -INFINITY;
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[u][k] = s < n ? src[s * stride4 + 32 * k] : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  };
+  load(w);  // the first batch goes out beside the maximum's loads: it does not depend on it
   float m = -INFINITY;
   for (int s = lane; s < n; s += 32) m = nan_max(m, lse_col[int64_t(first + s) * a.R]);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
-  const float4* src = reinterpret_cast<const float4*>(a.ws_o + (int64_t(first) * a.R + r) * kLatent) + lane;
-  const int64_t stride4 = int64_t(a.R) * (kLatent / 4);
   float4 acc[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   float wsum = 0.f;
   if (m != -INFINITY) {
-    for (int s0 = w; s0 < n; s0 += kW * kB) {
-      float wt[kB];
-      float4 v[kB][kPer];
+    for (int s0 = w;;) {
 #pragma unroll
       for (int u = 0; u < kB; ++u) {
-        const int s = s0 + u * kW;
-        wt[u] = s < n ? ex2(lse_col[int64_t(first + s) * a.R] - m) : 0.f;
+        const float wt = ex2(lv[u] - m);
+        if (wt == 0.f) continue;  // an empty split or past n (uniform over the warp); NaN goes on
+        wsum += wt;
+        add_split(acc, wt, v[u]);
       }
-      // An empty split (w == 0, uniform over the warp) is neither read nor added; NaN goes on.
-#pragma unroll
-      for (int u = 0; u < kB; ++u)
-#pragma unroll
-        for (int k = 0; k < kPer; ++k)
-          v[u][k] = wt[u] != 0.f ? src[(s0 + u * kW) * stride4 + 32 * k] : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int u = 0; u < kB; ++u) {
-        if (wt[u] == 0.f) continue;
-        wsum += wt[u];
-        add_split(acc, wt[u], v[u]);
-      }
+      s0 += kW * kB;
+      if (s0 >= n) break;
+      load(s0);
     }
   }
 #pragma unroll
