@@ -65,7 +65,7 @@ __device__ __forceinline__ void run_range(const Params& p, const TcArgs& a, cons
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.f;
   consume_tiles(o, m_run, l_run, r.bk, ph, st, cs, desc(sbase + kOffQ, 16, 1024), p.scale * kLog2e, w, wq, g, t4,
-                Refill{map, st, (tid & 127) == 0, r.bk.ntiles, r.wk.b * p.kv_cols, r.bk});
+                Refill{map, st, (tid & 127) == 0, r.bk.ntiles, r.wk.b * p.kv_cols, r.bk, p.kv});
   // Row sums over the quad and the two warpgroups (both hold the same final maximum).
   float* s_l = reinterpret_cast<float*>(smem + kOffL);
   post_row_sums(s_l, l_run, w, wq, g, t4);

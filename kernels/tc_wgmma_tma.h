@@ -26,9 +26,12 @@ struct Refill {
   bool issuer;
   int ntiles, row_lo;  // row_lo: the element's first cache row
   const Block& bk;
+  const uint16_t* kv;  // the cache, for the L2 prefetch of tile j + 2 + kPrefetchTiles
   template <int W, int S>
   __device__ __forceinline__ void done(int j) const {
     if (issuer && j + 2 < ntiles) load_half<W, S>(map, st.stage(S), st.full0 + 8 * S, row_lo + bk.tile_t0(j + 2));
+    if (W == 0 && issuer && j + 2 + kPrefetchTiles < ntiles)
+      prefetch_tile_l2(kv, int64_t(row_lo) + bk.tile_t0(j + 2 + kPrefetchTiles));
   }
 };
 }  // namespace tma
@@ -101,6 +104,7 @@ __device__ __forceinline__ void start_range(const Params& p, const TcArgs& a, co
         load_half<1, 1>(map, stage(1), full0 + 8, row0_of(1));
       }
     }
+    for (int j = 2; j < ntiles && j <= 1 + kPrefetchTiles; ++j) prefetch_tile_l2(p.kv, row0_of(j));
   }
   const int32_t* parent_g = p.parent + int64_t(wk.b) * p.q_len;
   int32_t* s_parent = reinterpret_cast<int32_t*>(smem + OffParent);
