@@ -232,7 +232,7 @@ constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
 // How many tiles past the one a stage is being loaded with go to L2 ahead of their TMA load:
 // with two stages only one tile is in flight while the other is read, so at few m-groups (each
 // tile read by two or three blocks) its DRAM latency is not covered.
-constexpr int kPrefetchTiles = 2;
+constexpr int kPrefetchTiles = 4;
 // A whole tile of a contiguous cache (64 rows from row0, 73,728 bytes) into L2, no barrier.
 __device__ __forceinline__ void prefetch_tile_l2(const uint16_t* kv, int64_t row0) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(kv + row0 * kKeyDim), "n"(kTileBytes) : "memory");
