@@ -98,8 +98,12 @@ __global__ void __launch_bounds__(ws::kThreads, 1) tc_attn_ws(Params p, TcArgs a
     auto by_tma = [&](int j) { return kvm.on && !bk.tile_masked(j); };
     int64_t row[4];
     if (ntiles > 0 && !by_tma(0)) rows_of(0, row);
+    int pf = 2;  // the next tile to prefetch (tiles 0 and 1 load at once)
     for (int j = 0; j < ntiles; ++j) {
       const int s = j & 1;
+      if (kvm.on)
+        for (; pf < ntiles && pf <= j + kPrefetchTiles; ++pf)
+          if (by_tma(pf)) prefetch_tile_l2(p.kv, int64_t(wk.b) * p.kv_cols + bk.tile_t0(pf), pt);
       const uint32_t par = ((j >> 1) + 1) & 1;  // tile j - 2's release
       if (j >= 2) mbar_wait(empty0 + 8 * s, par, abort);  // WG0's: planes_of(0, s) free
       if (by_tma(j)) {

@@ -229,6 +229,18 @@ __device__ __forceinline__ void tma_expect(uint32_t bar) {
 // L2 policy of a key tile's boxes: evict first, as FlashMLA's CacheHintSm90::EVICT_FIRST. A
 // block streams its keys once; the hint keeps them from displacing lines still to be read.
 constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
+// How many tiles past the one a stage is being loaded with go to L2 ahead of their TMA load:
+// with two stages only one tile is in flight while the other is read, so at few m-groups (each
+// tile read by two or three blocks) its DRAM latency is not covered.
+constexpr int kPrefetchTiles = 2;
+// Thread pt's share (of 128) of a whole tile of a contiguous cache (64 rows from row0, 576
+// lines of 128 bytes) into L2 by the load units, not the TMA unit the stages' loads queue on.
+__device__ __forceinline__ void prefetch_tile_l2(const uint16_t* kv, int64_t row0, int pt) {
+  const char* base = reinterpret_cast<const char*>(kv + row0 * kKeyDim);
+#pragma unroll
+  for (int i = 0; i < 5; ++i)
+    if (pt + 128 * i < kTileBytes / 128) asm volatile("prefetch.global.L2 [%0];\n" ::"l"(base + (pt + 128 * i) * 128));
+}
 // One box: plane kc of the tile (64 dims x 64 rows from cache row row0) into the stage at dst,
 // counted on bar's transaction bytes. map: a __grid_constant__ argument's address
 // (KvMap::map), read in place by the TMA unit.
