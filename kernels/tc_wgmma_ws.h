@@ -232,7 +232,7 @@ constexpr uint64_t kEvictFirst = 0x12F0000000000000ull;
 // How many tiles past the one a stage is being loaded with go to L2 ahead of their TMA load:
 // with two stages only one tile is in flight while the other is read, so at few m-groups (each
 // tile read by two or three blocks) its DRAM latency is not covered.
-constexpr int kPrefetchTiles = 2;
+constexpr int kPrefetchTiles = 4;
 // Thread pt's share (of 128) of a whole tile of a contiguous cache (64 rows from row0, 576
 // lines of 128 bytes) into L2 by the load units, not the TMA unit the stages' loads queue on.
 __device__ __forceinline__ void prefetch_tile_l2(const uint16_t* kv, int64_t row0, int pt) {
