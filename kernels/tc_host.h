@@ -66,7 +66,7 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   // row's columns are shared out; many rows already fill the GPU (and each part repeats the
   // row's weights).
   const int64_t rows = int64_t(l.R) * p.batch;
-  l.merge_parts = rows * 2 <= kMergeWarpsWanted ? (rows * 4 <= kMergeWarpsWanted ? kMergeRowWarps : 2) : 1;
+  l.merge_parts = rows <= kMergeWarpsWanted ? kMergeRowWarps : 1;
   return l;
 }
 
