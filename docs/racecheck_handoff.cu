@@ -39,9 +39,9 @@
 // barrier's arrive performs the thread's prior memory accesses, reads included, relative to
 // every thread of the barrier when it completes), so racecheck does not model an arrive's
 // ordering of earlier reads: tc_attn_ws's :507/:547 reports are this pattern.
-// Modes 10-14 (written 2026-12-05, compiled for sm_90a, not yet run): 10 is expected clean
-// (a smaller kernel of its shape read 0 hazards on an H100 that day); whichever of 11-14 is
-// reported names what racecheck loses in tc_attn_ws's test build.
+// Modes 10-14 (written 2026-12-05; run on an H100 2026-12-06, compute-sanitizer 2025.3): every one
+// reads 0 hazards, its output right, so setmaxnreg, the async-proxy fence and the mbarrier
+// handshake (alone or together) are not what racecheck loses in tc_attn_ws's test build.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
