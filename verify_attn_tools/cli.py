@@ -30,6 +30,7 @@ VERBS = {
     "artifacts": "check an unpacked results artifact (names, sizes, asv's JSON shape) before it is committed",
     "ptx-reads": "registers kernels read before writing them at source lines where BASE's do not (nvcc, no GPU)",
     "stalls": "two ncu source pages of a kernel side by side: where a change moved its warps' samples (no GPU)",
+    "stream": "each implementation's kernels as a timed sample runs them: durations, overlaps, gaps (CUPTI; GPU)",
     "report": "a PR's verdict from recorded results, judged by the drift-free series (exit 0 ok, 1 slower, 2 failed or refused, 3 no results, 4 a malformed results file)",
 }
 
