@@ -45,6 +45,35 @@ def test_a_kernel_after_another_and_a_grid_that_overlaps_its_predecessor():
     assert s[0]["gap_before"]["median_us"] == pytest.approx(1.0)
 
 
+def test_a_kernel_inside_a_longer_one_does_not_end_the_overlap():
+    # A [0, 10] holds B [2, 5] inside it; C starts at 6 while A still runs: -4, not +1 after B
+    ks = [(0.0, 10.0, "a()"), (2.0, 5.0, "b()"), (6.0, 12.0, "c()")]
+    rows = {r["name"]: r for r in stream.summarise(ks, 1)["kernels"]}
+    assert rows["b"]["gap_before"]["median_us"] == pytest.approx(-8.0)
+    assert rows["c"]["gap_before"]["median_us"] == pytest.approx(-4.0)
+
+
+def test_the_exit_says_a_failed_check_before_anything_else(monkeypatch, capsys):
+    import verify_attn.ops
+
+    monkeypatch.setattr(stream, "need_gpu", lambda what: None)
+    monkeypatch.setattr(verify_attn.ops, "load", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "a GPU")
+    ran = {"call_us": 46.5, **stream.summarise([(0, 40, ATTN), (40.5, 45.5, MERGE)], 1)}
+    failed = {"skipped": "fails its check: 3 elements beyond the tolerance"}
+    absent = {"skipped": "FlashMLA is not built"}
+
+    def verb(*outcomes):
+        monkeypatch.setattr(stream, "run_point", lambda *a: dict(zip(("tc", "flashmla"), outcomes)))
+        return stream.main(["--points", "chain:8:9:65536", "--calls", "2"])
+
+    assert verb(ran, absent) == 0
+    assert verb(failed, absent) == 1  # the only one that ran failed: news, not a refusal
+    assert verb(failed, ran) == 1
+    assert verb(absent, absent) == 2
+    assert "nothing ran: every implementation was skipped (FlashMLA is not built)" in capsys.readouterr().err
+
+
 def test_a_kernel_of_one_call_only_counts_a_fraction_of_a_launch():
     ks = [(0.0, 5.0, "setup_once()"), (6.0, 16.0, ATTN), (17.0, 27.0, ATTN)]
     rows = {r["name"]: r for r in stream.summarise(ks, 2)["kernels"]}

@@ -6,8 +6,8 @@ At each point every implementation is checked against the float64 reference firs
 as a timed sample runs it (a spin while the host enqueues, back-to-back calls over input sets
 rotating past twice the L2), under the CUDA profiler (CUPTI through torch.profiler). Per
 implementation: the call's time by CUDA events, and per kernel its duration a call (median,
-min-max) and how long after the previous kernel's end it starts (negative: the two grids
-overlap, as programmatic dependent launch allows). Nsight Compute (`crosscheck`, `ab --source`)
+min-max) and how long after the latest end of the kernels before it it starts (negative: the
+grids overlap, as programmatic dependent launch allows). Nsight Compute (`crosscheck`, `ab --source`)
 times one kernel at a time with the caches flushed; here a merge runs behind its attention
 grid with its partials in the L2, and a peer's combine may start before its main kernel ends.
 Default points: Quick's; default implementations: tc and FlashMLA (skipped where unavailable).
@@ -24,6 +24,7 @@ from pathlib import Path
 from .cli import Refusal, bounded, need_gpu, parser, refusing
 
 SPIN = "spin_kernel"  # the timer's wait kernel (torch.cuda._sleep), not a call's
+FAILED = "fails its check"
 
 
 def kernels_of(events) -> list[tuple[float, float, str]]:
@@ -36,7 +37,7 @@ def kernels_of(events) -> list[tuple[float, float, str]]:
         if e.device_type != torch.autograd.DeviceType.CUDA:
             continue
         name = e.name
-        if "emcpy" in name or "emset" in name or SPIN in name:
+        if name.startswith(("Memcpy", "Memset")) or SPIN in name:
             continue
         out.append((float(e.time_range.start), float(e.time_range.end), name))
     return sorted(out)
@@ -52,18 +53,18 @@ def short_name(kernel: str) -> str:
 
 def summarise(kernels: list[tuple[float, float, str]], calls: int) -> dict:
     """Per kernel (short name, in order of first start): launches a call, duration median / min
-    / max in us, and the gap from the end of the kernel that started before it (its own call's
-    previous kernel, or the previous call's last) to its start, median / min / max."""
+    / max in us, and the gap from the latest end of the kernels that started before it to its
+    start (negative: it started while one of them ran), median / min / max."""
     if calls < 1:
         raise ValueError(f"calls must be at least 1, got {calls}")
     rows: dict[str, dict] = {}
-    prev_end = None
+    busy_until = None  # the latest end so far: a kernel inside a longer one does not end the overlap
     for start, end, name in kernels:
         row = rows.setdefault(short_name(name), {"durations": [], "gaps": []})
         row["durations"].append(end - start)
-        if prev_end is not None:
-            row["gaps"].append(start - prev_end)
-        prev_end = end
+        if busy_until is not None:
+            row["gaps"].append(start - busy_until)
+        busy_until = end if busy_until is None else max(busy_until, end)
 
     def stats(values):
         return {"median_us": statistics.median(values), "min_us": min(values), "max_us": max(values)} if values else None
@@ -76,7 +77,7 @@ def table(point: str, device: str, calls: int, results: dict) -> str:
     """A point's markdown: one row per kernel, the call's event time on its implementation's first."""
     lines = [f"### {point} ({device}; {calls} calls back to back, kernels by CUPTI)", "",
              "| impl | call us (events) | kernel | launches a call | us a kernel: median (min-max) | "
-             "starts after the previous kernel's end, us |",
+             "starts after the kernels before it end, us |",
              "| --- | ---: | --- | ---: | --- | --- |"]
     for impl, r in results.items():
         if "skipped" in r:
@@ -103,7 +104,7 @@ def run_point(variant: str, point: tuple, impls: list[str], calls: int) -> dict:
     for o in candidate.outcomes(sets[0], candidate.of(impls), candidate.ReferenceOf(sets[0])):
         impl = o.candidate.impl
         if o.skipped or not o.error.ok:
-            out[impl] = {"skipped": o.skipped or f"fails its check: {o.error.reason}"}
+            out[impl] = {"skipped": o.skipped or f"{FAILED}: {o.error.reason}"}
             continue
         fns = [candidate.prepare(o.candidate, s) for s in sets]
         for _ in range(max(3, -(-30 // len(fns)))):  # lazy loading, allocator growth, clocks up
@@ -161,7 +162,7 @@ def run(argv) -> int:
 
     ops.load()
     points = args.points or [("quick", pt) for pt in suite.selection("quick").points()]
-    impls = args.impl or ["tc", "flashmla"]
+    impls = list(dict.fromkeys(args.impl or ["tc", "flashmla"]))
     device = torch.cuda.get_device_name()
     report = []
     for variant, point in points:
@@ -171,9 +172,18 @@ def run(argv) -> int:
         print(table(name, device, args.calls, results) + "\n", flush=True)
         report.append({"selection": variant, "point": list(point), "device": device, "calls": args.calls,
                        "impls": results})
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=1))
-    ran = [r for p in report for r in p["impls"].values()]
-    if all("skipped" in r for r in ran):
-        raise Refusal("nothing ran: every implementation was skipped or failed its check")
-    return 1 if any(r.get("skipped", "").startswith("fails its check") for r in ran) else 0
+        if args.json:  # after each point: a refusal at a later one keeps what ran
+            args.json.write_text(json.dumps(report, indent=1))
+    return verdict(report)
+
+
+def verdict(report: list[dict]) -> int:
+    """1 where an implementation failed its check (the run's news, whatever else ran), else 0 if
+    anything ran; a refusal (exit 2) where every implementation was skipped."""
+    results = [r for point in report for r in point["impls"].values()]
+    if any(r.get("skipped", "").startswith(FAILED) for r in results):
+        return 1
+    if all("skipped" in r for r in results):
+        raise Refusal("nothing ran: every implementation was skipped (" +
+                      "; ".join(sorted({r["skipped"] for r in results})) + ")")
+    return 0
