@@ -88,7 +88,7 @@ constexpr int kKSteps = kKeyDim / 16;      // 36 k-steps of QK^T
 constexpr int kSplitOverheadTiles = 4;     // cost of a split beyond its tiles, in tiles
 constexpr int kMaxSplits = 128;
 constexpr int kMergeWarps = 4;
-constexpr int kMergeParts = 4;  // at most, warps a merged row: each takes 128 of its 512 columns
+constexpr int kMergeParts = 4;  // tc_merge<Per>: kMergeParts / Per warps a row, each over 512 / that columns
 constexpr int kMergeRowWarps = 8;   // tc_merge_rows: warps a row, the splits shared out
 constexpr int kMergeWarpsWanted = 2048;  // enough warps in flight (16 an SM of 132) to cover the L2's latency
 

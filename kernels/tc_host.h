@@ -62,9 +62,10 @@ inline Layout layout_of(const Params& p, const Plan& plan) {
   l.ws_o_bytes = align16(int64_t(l.slots) * l.R * kLatent * 4);
   l.ws_lse_bytes = align16(int64_t(l.slots) * l.R * 4);
   l.meta_bytes = l.slots ? align16(int64_t(p.batch) * 8) : 0;
-  // Few rows and many splits: a warp a row leaves the merge latency-bound on few SMs, so a
-  // row's columns are shared out; many rows already fill the GPU (and each part repeats the
-  // row's weights).
+  // Few rows and many splits: a warp a row leaves the merge latency-bound on few SMs, so up to
+  // 1,024 rows a row's columns are shared out over 2 warps, and up to 512 its splits over the
+  // kMergeRowWarps of a block (tc_merge_rows); many rows already fill the GPU (and each part
+  // repeats the row's weights).
   const int64_t rows = int64_t(l.R) * p.batch;
   l.merge_parts = rows * 2 <= kMergeWarpsWanted ? (rows * 4 <= kMergeWarpsWanted ? kMergeRowWarps : 2) : 1;
   return l;

@@ -16,6 +16,21 @@ __device__ __forceinline__ void add_split(float4 (&acc)[Per], float w, const flo
   }
 }
 
+// The maximum of an element's n split lse values of row r (lse_col: row r's column, stride R), over
+// the warp: NaN if any is NaN, -inf where n == 0.
+__device__ __forceinline__ float splits_max(const float* lse_col, int first, int n, int R, int lane) {
+  float m = -INFINITY;
+  for (int s = lane; s < n; s += 32) m = nan_max(m, lse_col[int64_t(first + s) * R]);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  return m;
+}
+// Merged row r of element b's natural-log lse from the maximum m (log2 units) and the weights' sum.
+__device__ __forceinline__ void store_lse(const Params& p, int b, int r, float m, float wsum) {
+  const int i = r / p.heads, hd = r - i * p.heads;
+  p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = wsum == 0.f ? -INFINITY : (m + log2f(wsum)) * kLn2;
+}
+
 // kMergeParts / Per warps per output row (a.merge_parts), each lane over Per float4 columns
 // of it, 32 lanes apart: the element's splits weighted by 2^(lse_s - max), added in ascending
 // split order. The loads of kMergeParts / Per splits are issued before any of them is added,
@@ -33,10 +48,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
   const int2 meta = a.meta[b];
   const int first = meta.x, n = meta.y;
   const float* lse_col = a.ws_lse + r;
-  float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = nan_max(m, lse_col[int64_t(first + s) * a.R]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float m = splits_max(lse_col, first, n, a.R, lane);
   const float4* src = reinterpret_cast<const float4*>(a.ws_o + (int64_t(first) * a.R + r) * kLatent) + part * 32 * Per + lane;
   const int64_t stride4 = int64_t(a.R) * (kLatent / 4);  // one split to the next, in float4s
   float4 acc[Per];
@@ -85,10 +97,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) tc_merge(Params p, TcArgs a)
     o.y = pack_bf16(acc[k].z * inv, acc[k].w * inv);
     dst[32 * k] = o;
   }
-  if (part == 0 && lane == 0) {
-    const int i = r / p.heads, hd = r - i * p.heads;
-    p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = wsum == 0.f ? -INFINITY : (m + log2f(wsum)) * kLn2;
-  }
+  if (part == 0 && lane == 0) store_lse(p, b, r, m, wsum);
 }
 
 // Few rows (a.merge_parts == kMergeRowWarps): a block a row, its kMergeRowWarps warps sharing
@@ -122,10 +131,7 @@ __global__ void __launch_bounds__(kMergeRowWarps * 32, 2) tc_merge_rows(Params p
     }
   };
   load(w);  // the first batch goes out beside the maximum's loads: it does not depend on it
-  float m = -INFINITY;
-  for (int s = lane; s < n; s += 32) m = nan_max(m, lse_col[int64_t(first + s) * a.R]);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = nan_max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  const float m = splits_max(lse_col, first, n, a.R, lane);
   float4 acc[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) acc[k] = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -164,10 +170,7 @@ __global__ void __launch_bounds__(kMergeRowWarps * 32, 2) tc_merge_rows(Params p
   packed.x = pack_bf16(o.x * inv, o.y * inv);
   packed.y = pack_bf16(o.z * inv, o.w * inv);
   reinterpret_cast<uint2*>(p.out + (int64_t(b) * a.R + r) * kLatent)[t] = packed;
-  if (t == 0) {
-    const int i = r / p.heads, hd = r - i * p.heads;
-    p.lse[(int64_t(b) * p.heads + hd) * p.q_len + i] = total == 0.f ? -INFINITY : (m + log2f(total)) * kLn2;
-  }
+  if (t == 0) store_lse(p, b, r, m, total);
 }
 
 }  // namespace
