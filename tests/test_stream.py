@@ -106,6 +106,17 @@ def test_the_table_names_the_call_time_once_and_a_skipped_implementation():
     assert lines[6].startswith("| flashmla | - | skipped: FlashMLA is not built")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the profiler starts")
+def test_a_point_is_checked_and_warmed_up_before_the_profiler_which_needs_cuda():
+    # CPU: flashmla is skipped (sm_90 only), flash passes its float64 check and goes through
+    # the timer's warm-up, then the CUDA profiler refuses to start
+    skipped = stream.run_point("chain", (8, 9, 2048), ["flashmla"], 4, "cpu")
+    assert list(skipped) == ["flashmla"] and skipped["flashmla"]["skipped"]
+    assert not skipped["flashmla"]["skipped"].startswith(stream.FAILED)
+    with pytest.raises(stream.Refusal, match="the CUDA profiler did not start"):
+        stream.run_point("chain", (8, 9, 2048), ["flash"], 4, "cpu")
+
+
 def run_verb(*args):
     return subprocess.run([sys.executable, "-m", "verify_attn", "stream", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 from .cli import Refusal, bounded, need_gpu, parser, refusing
@@ -92,14 +91,16 @@ def table(point: str, device: str, calls: int, results: dict) -> str:
     return "\n".join(lines)
 
 
-def run_point(variant: str, point: tuple, impls: list[str], calls: int) -> dict:
-    """Every implementation at one point: checked, warmed up, then `calls` calls profiled."""
-    import torch
+def run_point(variant: str, point: tuple, impls: list[str], calls: int, device: str = "cuda") -> dict:
+    """Every implementation at one point: checked, warmed up, then `calls` calls profiled (device
+    "cpu": the tests', where everything up to the CUDA profiler runs and it refuses)."""
     from torch.profiler import ProfilerActivity, profile
 
     from verify_attn import candidate, measure, suite
+    from verify_attn.timer import Timer
 
-    sets = measure.input_sets(suite.case_of(variant, point), "cuda", 0)
+    timer = Timer(device)
+    sets = measure.input_sets(suite.case_of(variant, point), device, 0)
     out = {}
     for o in candidate.outcomes(sets[0], candidate.of(impls), candidate.ReferenceOf(sets[0])):
         impl = o.candidate.impl
@@ -107,27 +108,18 @@ def run_point(variant: str, point: tuple, impls: list[str], calls: int) -> dict:
             out[impl] = {"skipped": o.skipped or f"{FAILED}: {o.error.reason}"}
             continue
         fns = [candidate.prepare(o.candidate, s) for s in sets]
-        for _ in range(max(3, -(-30 // len(fns)))):  # lazy loading, allocator growth, clocks up
-            for fn in fns:
-                fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for fn in fns:
-            fn()
-        host = (time.perf_counter() - t0) / len(fns)
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            torch.cuda._sleep(int(min(0.2, 2.0 * host * calls + 20e-6) * 2e9))  # the timer's spin
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            for k in range(calls):
-                fns[k % len(fns)]()
-            end.record()
-            end.synchronize()
+        # The timer's own phases: its warm-up (which also gives the host's enqueue time a call),
+        # then one sample of `calls` calls (the spin, events around them), under the profiler.
+        _, host, _ = timer._calibrate(fns)
+        try:
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                per_call = timer._sample(fns, calls, 0, host)
+        except AssertionError as exc:  # torch's profiler with no CUDA activity to record
+            raise Refusal(f"the CUDA profiler did not start ({exc})") from None
         kern = kernels_of(prof.events())
         if not kern:
             raise Refusal("the profiler saw no kernels (CUPTI unavailable in this torch build?)")
-        out[impl] = {"call_us": begin.elapsed_time(end) * 1e3 / calls, **summarise(kern, calls)}
+        out[impl] = {"call_us": per_call * 1e6, **summarise(kern, calls)}
         del fns
     return out
 
